@@ -1,0 +1,1 @@
+//! kubeconfig (being written)

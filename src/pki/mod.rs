@@ -1,0 +1,3 @@
+//! pki (being written)
+pub mod files;
+pub mod verify;
