@@ -1,1 +1,50 @@
-fn main() {}
+//! The `bootlet` binary: parse the command line, set up logging, run the command, and map
+//! errors to the contract's exit codes. All logic lives in the library.
+
+use std::process::ExitCode;
+
+use bootlet::cli::{self, Command};
+use bootlet::config::Settings;
+use bootlet::error::report;
+use bootlet::{agent, telemetry};
+
+fn main() -> ExitCode {
+    let command = match cli::parse_from(std::env::args_os()) {
+        Ok(command) => command,
+        Err(e) => {
+            let _ = e.print();
+            return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+        }
+    };
+    match command {
+        Command::Version => {
+            println!("bootlet {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        Command::Run(flags) => {
+            let settings = match Settings::load(&flags) {
+                Ok(s) => s,
+                Err(e) => return fail(&e),
+            };
+            telemetry::init(settings.log_format, settings.verbosity);
+            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                Ok(rt) => rt,
+                Err(e) => return fail(&e),
+            };
+            match runtime.block_on(agent::run(settings)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => fail(&e),
+            }
+        }
+        Command::Doctor { .. } => {
+            eprintln!("bootlet: doctor is not part of this release yet");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// One line naming what failed and why, then exit 1.
+fn fail(err: &(dyn std::error::Error + 'static)) -> ExitCode {
+    eprintln!("bootlet: {}", report(err));
+    ExitCode::from(1)
+}

@@ -1,0 +1,509 @@
+//! The one HTTP client bootlet uses to reach the API server: TLS that trusts only the
+//! cluster CA, exactly one identity (bootstrap token or client certificate), bounded
+//! requests, and typed errors that keep the API's `Status`. It knows no resource kinds.
+
+pub mod tls;
+pub mod watch;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
+use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER};
+use reqwest::{Method, StatusCode};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use crate::backoff::Backoff;
+use crate::kubeconfig::Credential;
+
+/// Upper bound on one request/response exchange (not watches): the contract's ≤ 10 s.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// TCP + TLS connect bound; a node that cannot connect in 5 s should retry, not hang.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// HTTP/2 PING period: well under the 40 s lease grace period, so a dead connection is
+/// noticed before the node controller notices the node.
+pub const H2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(15);
+/// Responses bigger than this are refused: our objects are a few KiB.
+pub const DEFAULT_MAX_BODY: usize = 4 << 20;
+
+/// Transport knobs; the defaults are what production uses.
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    pub request_timeout: Duration,
+    pub connect_timeout: Duration,
+    pub max_body: usize,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            max_body: DEFAULT_MAX_BODY,
+        }
+    }
+}
+
+/// Who we are to the API server, as logged (never the secret part).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Identity {
+    BootstrapToken { id: String },
+    ClientCertificate { subject: String, serial: String },
+    Anonymous,
+}
+
+/// A cheap-to-clone client bound to one server, one CA and one identity.
+/// Rotation builds a new one; nobody keeps an old one across a credential change.
+#[derive(Clone)]
+pub struct ApiClient {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    http: reqwest::Client,
+    tls: rustls::ClientConfig,
+    server: String,
+    identity: Identity,
+    auth_header: Option<HeaderValue>,
+    opts: ClientOptions,
+}
+
+/// What can go wrong talking to the API server, classified once (STYLE rule 11).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("{server}: cannot build the TLS client: {reason}")]
+    Setup { server: String, reason: String },
+    #[error("{method} {path}: cannot reach the API server as {identity}")]
+    Transport {
+        method: Method,
+        path: String,
+        identity: Identity,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("{method} {path}: HTTP {code} {reason} as {identity}: {message}{hint}", reason = status.reason.as_deref().unwrap_or(""), message = status.message.as_deref().unwrap_or(""), hint = hint(*code, identity))]
+    Api {
+        method: Method,
+        path: String,
+        code: u16,
+        identity: Identity,
+        status: Box<Status>,
+        retry_after: Option<Duration>,
+    },
+    #[error("{method} {path}: response is not the expected JSON")]
+    Decode {
+        method: Method,
+        path: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{method} {path}: response larger than {limit} bytes")]
+    TooLarge { method: Method, path: String, limit: usize },
+}
+
+// === impl Identity ===
+
+impl fmt::Display for Identity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Identity::BootstrapToken { id } => write!(f, "bootstrap token {id}"),
+            Identity::ClientCertificate { subject, serial } => {
+                write!(f, "client certificate {subject} (serial {serial})")
+            }
+            Identity::Anonymous => f.write_str("anonymous"),
+        }
+    }
+}
+
+// === impl Error ===
+
+/// The operator-facing hint for a 401/403, naming the credential that failed.
+fn hint(code: u16, identity: &Identity) -> String {
+    match (code, identity) {
+        (401, Identity::BootstrapToken { id }) => format!(
+            " (bootstrap token {id} is expired, deleted or wrong: create a new one with \
+             `kubeadm token create` and put it in the bootstrap kubeconfig)"
+        ),
+        (401, Identity::ClientCertificate { .. }) => " (the client certificate is not \
+             trusted by the API server: is it expired or from another cluster's CA?)"
+            .to_string(),
+        (403, Identity::BootstrapToken { .. }) => " (RBAC: check that the ClusterRoleBinding \
+             kubeadm:kubelet-bootstrap grants system:node-bootstrapper to the token's group)"
+            .to_string(),
+        (403, _) => " (RBAC or the Node authorizer refused this request)".to_string(),
+        _ => String::new(),
+    }
+}
+
+impl Error {
+    /// The HTTP status code of an API answer, if this is one.
+    pub fn code(&self) -> Option<u16> {
+        match self {
+            Error::Api { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// The API's `Status.reason` (e.g. `AlreadyExists`, `Conflict`, `Expired`).
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Error::Api { status, .. } => status.reason.as_deref(),
+            _ => None,
+        }
+    }
+
+    pub fn is_unauthorized(&self) -> bool {
+        self.code() == Some(401)
+    }
+    pub fn is_forbidden(&self) -> bool {
+        self.code() == Some(403)
+    }
+    pub fn is_not_found(&self) -> bool {
+        self.code() == Some(404)
+    }
+    /// 409 because the name is taken (create).
+    pub fn is_already_exists(&self) -> bool {
+        self.code() == Some(409) && self.reason() == Some("AlreadyExists")
+    }
+    /// 409 because our resourceVersion is stale (update).
+    pub fn is_conflict(&self) -> bool {
+        self.code() == Some(409) && self.reason() != Some("AlreadyExists")
+    }
+    /// 410: the watch's resourceVersion is too old; relist.
+    pub fn is_gone(&self) -> bool {
+        self.code() == Some(410)
+    }
+
+    /// Worth retrying unchanged: the network, 5xx, 429.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Transport { .. } => true,
+            Error::Api { code, .. } => *code == 429 || *code >= 500,
+            _ => false,
+        }
+    }
+
+    /// The server's `Retry-After`, if it sent one.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Error::Api { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+}
+
+// === impl ApiClient ===
+
+impl ApiClient {
+    /// A client for `server` that trusts only `ca_pem` and presents `credential`.
+    pub fn new(
+        server: &str,
+        ca_pem: &[u8],
+        credential: &Credential,
+        opts: ClientOptions,
+    ) -> Result<Self, Error> {
+        let setup = |reason: String| Error::Setup {
+            server: server.to_string(),
+            reason,
+        };
+        let (tls, identity, auth_header) = tls::client_config(ca_pem, credential).map_err(setup)?;
+        let http = build_http(tls.clone(), &opts).map_err(|e| setup(e.to_string()))?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                http,
+                tls,
+                server: server.trim_end_matches('/').to_string(),
+                identity,
+                auth_header,
+                opts,
+            }),
+        })
+    }
+
+    /// The same identity over a new connection pool: drops connections that may be dead
+    /// (a half-open HTTP/2 connection must not eat the Lease grace period).
+    pub fn reconnect(&self) -> Result<Self, Error> {
+        let i = &self.inner;
+        let http = build_http(i.tls.clone(), &i.opts).map_err(|e| Error::Setup {
+            server: i.server.clone(),
+            reason: e.to_string(),
+        })?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                http,
+                tls: i.tls.clone(),
+                server: i.server.clone(),
+                identity: i.identity.clone(),
+                auth_header: i.auth_header.clone(),
+                opts: i.opts.clone(),
+            }),
+        })
+    }
+
+    pub fn identity(&self) -> &Identity {
+        &self.inner.identity
+    }
+
+    pub fn server(&self) -> &str {
+        &self.inner.server
+    }
+
+    pub async fn get<T: DeserializeOwned>(&self, path: &str) -> Result<T, Error> {
+        self.call(Method::GET, path, None::<&()>).await
+    }
+
+    pub async fn create<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, Error> {
+        self.call(Method::POST, path, Some(body)).await
+    }
+
+    pub async fn replace<B: Serialize, T: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, Error> {
+        self.call(Method::PUT, path, Some(body)).await
+    }
+
+    /// One bounded request; the body is decoded as `T` on 2xx, as a `Status` otherwise.
+    pub async fn call<B: Serialize, T: DeserializeOwned>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+    ) -> Result<T, Error> {
+        let timeout = self.inner.opts.request_timeout;
+        let resp = self.send(method.clone(), path, body, timeout).await?;
+        let bytes = self.read_body(&method, path, resp).await?;
+        serde_json::from_slice(&bytes).map_err(|source| Error::Decode {
+            method,
+            path: path.to_string(),
+            source,
+        })
+    }
+
+    /// Send a request; non-2xx answers become `Error::Api` with the decoded `Status`.
+    async fn send<B: Serialize>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+        timeout: Duration,
+    ) -> Result<reqwest::Response, Error> {
+        let url = format!("{}{}", self.inner.server, path);
+        let mut headers = HeaderMap::new();
+        headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
+        if let Some(auth) = &self.inner.auth_header {
+            headers.insert(AUTHORIZATION, auth.clone());
+        }
+        let mut req = self
+            .inner
+            .http
+            .request(method.clone(), &url)
+            .headers(headers)
+            .timeout(timeout);
+        if let Some(body) = body {
+            let json = serde_json::to_vec(body).map_err(|source| Error::Decode {
+                method: method.clone(),
+                path: path.to_string(),
+                source,
+            })?;
+            req = req
+                .header(CONTENT_TYPE, "application/json")
+                .body(json);
+        }
+        tracing::trace!(%method, path, "request");
+        let resp = req.send().await.map_err(|source| self.transport(&method, path, source))?;
+        let code = resp.status();
+        tracing::trace!(%method, path, code = code.as_u16(), "response");
+        if code.is_success() {
+            return Ok(resp);
+        }
+        Err(self.api_error(method, path, resp).await)
+    }
+
+    fn transport(&self, method: &Method, path: &str, source: reqwest::Error) -> Error {
+        Error::Transport {
+            method: method.clone(),
+            path: path.to_string(),
+            identity: self.inner.identity.clone(),
+            source,
+        }
+    }
+
+    async fn api_error(&self, method: Method, path: &str, resp: reqwest::Response) -> Error {
+        let code = resp.status();
+        let retry_after = resp
+            .headers()
+            .get(RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .map(Duration::from_secs);
+        let status = match self.read_body(&method, path, resp).await {
+            Ok(bytes) => serde_json::from_slice::<Status>(&bytes)
+                .ok()
+                .filter(|s| s.code.is_some() || s.reason.is_some() || s.message.is_some())
+                .unwrap_or_else(|| synthetic_status(code, &bytes)),
+            Err(_) => synthetic_status(code, b""),
+        };
+        Error::Api {
+            method,
+            path: path.to_string(),
+            code: code.as_u16(),
+            identity: self.inner.identity.clone(),
+            status: Box::new(status),
+            retry_after,
+        }
+    }
+
+    /// Read a body, refusing more than `max_body` bytes.
+    async fn read_body(
+        &self,
+        method: &Method,
+        path: &str,
+        resp: reqwest::Response,
+    ) -> Result<Vec<u8>, Error> {
+        let limit = self.inner.opts.max_body;
+        if resp.content_length().is_some_and(|n| n as usize > limit) {
+            return Err(Error::TooLarge {
+                method: method.clone(),
+                path: path.to_string(),
+                limit,
+            });
+        }
+        let mut out = Vec::new();
+        let mut chunks = resp.bytes_stream();
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.map_err(|source| self.transport(method, path, source))?;
+            if out.len() + chunk.len() > limit {
+                return Err(Error::TooLarge {
+                    method: method.clone(),
+                    path: path.to_string(),
+                    limit,
+                });
+            }
+            out.extend_from_slice(&chunk);
+        }
+        Ok(out)
+    }
+
+    /// Start a streaming GET (a watch); the caller bounds it with `timeoutSeconds`.
+    pub(crate) async fn stream(
+        &self,
+        path: &str,
+        timeout: Duration,
+    ) -> Result<reqwest::Response, Error> {
+        self.send(Method::GET, path, None::<&()>, timeout).await
+    }
+}
+
+/// One pooled HTTP client: keep-alive, HTTP/2 PINGs, bounded connect.
+fn build_http(tls: rustls::ClientConfig, opts: &ClientOptions) -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .use_preconfigured_tls(tls)
+        .connect_timeout(opts.connect_timeout)
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_max_idle_per_host(2)
+        .http2_keep_alive_interval(H2_KEEPALIVE_INTERVAL)
+        .http2_keep_alive_timeout(Duration::from_secs(10))
+        .http2_keep_alive_while_idle(true)
+        .tcp_keepalive(Duration::from_secs(30))
+        .user_agent(concat!("bootlet/", env!("CARGO_PKG_VERSION")))
+        .build()
+}
+
+/// A `Status` for answers that carried none (a proxy's HTML page, an empty 503).
+fn synthetic_status(code: StatusCode, body: &[u8]) -> Status {
+    let text = String::from_utf8_lossy(body);
+    let text = text.trim();
+    Status {
+        code: Some(i32::from(code.as_u16())),
+        reason: code.canonical_reason().map(str::to_string),
+        message: Some(if text.is_empty() {
+            code.to_string()
+        } else {
+            text.chars().take(200).collect()
+        }),
+        status: Some("Failure".to_string()),
+        ..Status::default()
+    }
+}
+
+/// Run `op` until it succeeds or fails in a way retrying cannot fix. Transport errors,
+/// 5xx and 429 are retried after `backoff` (honouring `Retry-After`). Cancel by dropping.
+pub async fn retrying<T, F, Fut>(what: &str, backoff: &mut Backoff, mut op: F) -> Result<T, Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, Error>>,
+{
+    loop {
+        match op().await {
+            Ok(v) => {
+                backoff.reset();
+                return Ok(v);
+            }
+            Err(e) if e.is_retryable() => {
+                let delay = backoff.with_retry_after(e.retry_after());
+                tracing::warn!(
+                    error = %crate::error::report(&e),
+                    retry_in = ?delay,
+                    "{what} failed; retrying"
+                );
+                tokio::time::sleep(delay).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(code: u16, reason: &str) -> Error {
+        Error::Api {
+            method: Method::POST,
+            path: "/x".into(),
+            code,
+            identity: Identity::BootstrapToken { id: "abcdef".into() },
+            status: Box::new(Status {
+                reason: Some(reason.into()),
+                message: Some("m".into()),
+                ..Status::default()
+            }),
+            retry_after: None,
+        }
+    }
+
+    #[test]
+    fn classifies_statuses_once() {
+        assert!(api(409, "AlreadyExists").is_already_exists());
+        assert!(!api(409, "AlreadyExists").is_conflict());
+        assert!(api(409, "Conflict").is_conflict());
+        assert!(api(410, "Expired").is_gone());
+        assert!(api(503, "ServiceUnavailable").is_retryable());
+        assert!(api(429, "TooManyRequests").is_retryable());
+        assert!(!api(401, "Unauthorized").is_retryable());
+        assert!(!api(403, "Forbidden").is_retryable());
+    }
+
+    #[test]
+    fn unauthorized_names_the_token_id_and_the_fix() {
+        let text = api(401, "Unauthorized").to_string();
+        assert!(text.contains("bootstrap token abcdef"), "{text}");
+        assert!(text.contains("kubeadm token create"), "{text}");
+    }
+
+    #[test]
+    fn synthetic_status_keeps_code_and_a_short_message() {
+        let s = synthetic_status(StatusCode::BAD_GATEWAY, b"<html>oops</html>");
+        assert_eq!(s.code, Some(502));
+        assert_eq!(s.message.as_deref(), Some("<html>oops</html>"));
+    }
+}

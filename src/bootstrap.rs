@@ -1,0 +1,323 @@
+//! TLS bootstrap: reuse a still-valid client certificate, or turn the bootstrap kubeconfig
+//! into one (pending key → CSR → approval → verification → files → kubeconfig). Its `State`
+//! feeds STATUS=. Rotation and the Lease are other modules' business.
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use crate::apiserver::{self, ApiClient, ClientOptions};
+use crate::backoff::Backoff;
+use crate::config::Settings;
+use crate::csr::{self, CsrError, Pending, Verdict, WaitOptions};
+use crate::error::report;
+use crate::health::{self, Health};
+use crate::kubeconfig::{self, Credential, KubeconfigError};
+use crate::pki::files::{CertDir, FilesError};
+use crate::pki::verify::{self, VerifyError};
+use crate::pki::{CertInfo, NodeKey, PkiError};
+
+/// Where the identity bootstrap stands. Each state knows its STATUS= line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Nothing checked yet.
+    Starting,
+    /// Creating (or adopting) the CSR.
+    Filing { csr: String },
+    /// The CSR is filed and not yet approved.
+    WaitingApproval { csr: String, since: SystemTime },
+    /// Approved for a while with no certificate: no signer?
+    ApprovedNotIssued { csr: String, since: SystemTime },
+    /// The last attempt failed; the next starts at `until`.
+    BackingOff { until: SystemTime, reason: String },
+    /// A verified certificate is installed.
+    Installed,
+}
+
+/// A working identity: the client for the installed certificate and what it came from.
+#[derive(Clone)]
+pub struct Credentials {
+    pub client: ApiClient,
+    pub cert: CertInfo,
+    pub server: String,
+    pub ca_pem: Vec<u8>,
+}
+
+/// Why bootstrap could not produce an identity.
+#[derive(Debug, thiserror::Error)]
+pub enum BootstrapError {
+    #[error("no valid client certificate in {cert_dir}, and the bootstrap kubeconfig is unusable")]
+    NoBootstrap {
+        cert_dir: PathBuf,
+        #[source]
+        source: KubeconfigError,
+    },
+    #[error(transparent)]
+    Files(#[from] FilesError),
+    #[error(transparent)]
+    Kubeconfig(#[from] KubeconfigError),
+    #[error(transparent)]
+    Api(#[from] apiserver::Error),
+    #[error(transparent)]
+    Csr(#[from] CsrError),
+    #[error("the private key")]
+    Key(#[from] PkiError),
+    #[error("CSR {csr} was denied ({reason}: {message}); check the approver policy, e.g. `kubectl get clusterrolebinding kubeadm:node-autoapprove-bootstrap -o yaml`")]
+    Denied {
+        csr: String,
+        reason: String,
+        message: String,
+    },
+    #[error("CSR {csr} failed ({reason}: {message}); the signer refused it")]
+    Failed {
+        csr: String,
+        reason: String,
+        message: String,
+    },
+    #[error("refused the certificate issued for CSR {csr}; nothing was written")]
+    Refused {
+        csr: String,
+        #[source]
+        source: VerifyError,
+    },
+}
+
+// === impl State ===
+
+impl State {
+    pub fn status_line(&self, now: SystemTime) -> String {
+        match self {
+            State::Starting => "starting: looking for a valid client certificate".into(),
+            State::Filing { csr } => format!("filing CSR {csr}"),
+            State::WaitingApproval { csr, since } => format!(
+                "waiting for approval of CSR {csr} for {} — approve with: kubectl certificate approve {csr}",
+                health::ago(now, *since)
+            ),
+            State::ApprovedNotIssued { csr, since } => format!(
+                "CSR {csr} approved but not issued for {}: is a signer running?",
+                health::ago(now, *since)
+            ),
+            State::BackingOff { until, reason } => format!(
+                "retrying in {}: {reason}",
+                health::human(until.duration_since(now).unwrap_or_default())
+            ),
+            State::Installed => "client certificate installed".into(),
+        }
+    }
+}
+
+/// Runs bootstrap with the settings it needs.
+pub struct Bootstrap<'a> {
+    settings: &'a Settings,
+    health: Health,
+    api: ClientOptions,
+}
+
+// === impl Bootstrap ===
+
+impl<'a> Bootstrap<'a> {
+    pub fn new(settings: &'a Settings, health: Health, api: ClientOptions) -> Self {
+        Self {
+            settings,
+            health,
+            api,
+        }
+    }
+
+    /// Reuse a valid certificate or bootstrap until one is installed. Fails only when it
+    /// cannot start: no valid certificate and an unreadable bootstrap kubeconfig (the first
+    /// time), or an unusable cert dir. Later failures are logged and retried with backoff.
+    pub async fn run(&self) -> Result<Credentials, BootstrapError> {
+        let dir = CertDir::open(&self.settings.cert_dir)?;
+        if let Some(creds) = self.reuse(&dir)? {
+            return Ok(creds);
+        }
+        let s = self.settings;
+        let mut attempts = Backoff::new(s.csr_backoff_min, s.csr_backoff_max, 0.2)
+            .expect("settings validated the CSR backoff");
+        let mut first = true;
+        loop {
+            match self.attempt(&dir).await {
+                Ok(creds) => return Ok(creds),
+                Err(e @ BootstrapError::NoBootstrap { .. }) if first => return Err(e),
+                Err(e) => {
+                    let delay = attempts.next_delay();
+                    tracing::error!(error = %report(&e), retry_in = %health::human(delay), "bootstrap attempt failed");
+                    self.health.set_bootstrap(State::BackingOff {
+                        until: SystemTime::now() + delay,
+                        reason: report(&e),
+                    });
+                    tokio::time::sleep(delay).await;
+                }
+            }
+            first = false;
+        }
+    }
+
+    /// The installed certificate, if it is valid for this node, key and cluster.
+    fn reuse(&self, dir: &CertDir) -> Result<Option<Credentials>, BootstrapError> {
+        let s = self.settings;
+        let Some((chain_pem, key_pem)) = dir.read_current()? else {
+            return Ok(None);
+        };
+        // The cluster: from our kubeconfig when it reads, else from the bootstrap one.
+        let (access, rewrite) = match kubeconfig::read(&s.kubeconfig, s.allow_insecure_kubeconfig) {
+            Ok(access) => (access, false),
+            Err(e) => {
+                tracing::info!(error = %report(&e), "kubeconfig unusable; trying the bootstrap kubeconfig's cluster");
+                match kubeconfig::read(&s.bootstrap_kubeconfig, s.allow_insecure_kubeconfig) {
+                    Ok(access) => (access, true),
+                    Err(_) => return Ok(None),
+                }
+            }
+        };
+        let key = match NodeKey::from_pem(&key_pem) {
+            Ok(key) => key,
+            Err(e) => {
+                tracing::warn!(error = %report(&e), "the current certificate file holds no usable key");
+                return Ok(None);
+            }
+        };
+        match verify::verify_issued(&chain_pem, &key, &s.node_name, &access.ca_pem, SystemTime::now()) {
+            Ok(info) => {
+                if rewrite {
+                    kubeconfig::write_kubelet(&s.kubeconfig, &access.server, &access.ca_pem, &dir.current_path())?;
+                }
+                tracing::info!(serial = %info.serial, not_after = %health::rfc3339(info.not_after), "reusing the valid client certificate; no CSR needed");
+                let creds = self.credentials(&access.server, &access.ca_pem, chain_pem, key_pem, info)?;
+                self.installed(&creds);
+                Ok(Some(creds))
+            }
+            Err(e) => {
+                tracing::info!(reason = %report(&e), "the current client certificate cannot be reused; bootstrapping");
+                Ok(None)
+            }
+        }
+    }
+
+    /// One bootstrap attempt, from reading the bootstrap kubeconfig to installed files.
+    pub(crate) async fn attempt(&self, dir: &CertDir) -> Result<Credentials, BootstrapError> {
+        let s = self.settings;
+        let access = kubeconfig::read(&s.bootstrap_kubeconfig, s.allow_insecure_kubeconfig)
+            .map_err(|source| BootstrapError::NoBootstrap {
+                cert_dir: s.cert_dir.clone(),
+                source,
+            })?;
+        let client = ApiClient::new(&access.server, &access.ca_pem, &access.credential, self.api.clone())?;
+        self.obtain(dir, &client, &access.server, &access.ca_pem).await
+    }
+
+    /// Get a certificate through `client` (the bootstrap token, or the current certificate
+    /// when rotating): pending key → CSR → approval → verification → files → kubeconfig.
+    pub(crate) async fn obtain(
+        &self,
+        dir: &CertDir,
+        client: &ApiClient,
+        server: &str,
+        ca_pem: &[u8],
+    ) -> Result<Credentials, BootstrapError> {
+        let s = self.settings;
+        let key = self.pending_key(dir)?;
+        let mut retry = Backoff::new(Duration::from_millis(500), Duration::from_secs(30), 0.2)
+            .expect("constant backoff bounds are valid");
+        let name = crate::pki::csr_name(&key, &s.node_name);
+        self.health.set_bootstrap(State::Filing { csr: name.clone() });
+        tracing::info!(csr = %name, identity = %client.identity(), "requesting a client certificate");
+        csr::file(client, &key, &s.node_name, &mut retry).await?;
+        let since = SystemTime::now();
+        let health = self.health.clone();
+        let csr_name = name.clone();
+        let mut on_pending = move |p: Pending| {
+            health.set_bootstrap(match p {
+                Pending::AwaitingApproval => State::WaitingApproval { csr: csr_name.clone(), since },
+                Pending::ApprovedNotIssued => State::ApprovedNotIssued { csr: csr_name.clone(), since },
+            })
+        };
+        let opts = WaitOptions {
+            timeout: s.csr_timeout,
+            not_issued_warning: s.csr_not_issued_warning,
+        };
+        let verdict = csr::wait(client, &name, &opts, &mut retry, &mut on_pending).await;
+        let chain_pem = match verdict {
+            Ok(Verdict::Issued { chain_pem }) => chain_pem,
+            Ok(Verdict::Denied { reason, message }) => {
+                dir.remove_pending_key()?;
+                return Err(BootstrapError::Denied { csr: name, reason, message });
+            }
+            Ok(Verdict::Failed { reason, message }) => {
+                dir.remove_pending_key()?;
+                return Err(BootstrapError::Failed { csr: name, reason, message });
+            }
+            Err(e @ CsrError::Timeout { .. }) => {
+                // Give up on this CSR: the next attempt files a new one with a fresh key.
+                dir.remove_pending_key()?;
+                return Err(e.into());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let info = match verify::verify_issued(&chain_pem, &key, &s.node_name, ca_pem, SystemTime::now()) {
+            Ok(info) => info,
+            Err(source) => {
+                // The same key would adopt the same bad CSR again: start over with a new one.
+                dir.remove_pending_key()?;
+                return Err(BootstrapError::Refused { csr: name, source });
+            }
+        };
+        let key_pem = key.to_pem();
+        let written = dir.install(&chain_pem, &key_pem, SystemTime::now())?;
+        kubeconfig::write_kubelet(&s.kubeconfig, server, ca_pem, &dir.current_path())?;
+        dir.remove_pending_key()?;
+        tracing::info!(
+            serial = %info.serial,
+            not_after = %health::rfc3339(info.not_after),
+            file = %written.display(),
+            kubeconfig = %s.kubeconfig.display(),
+            "client certificate installed"
+        );
+        let creds = self.credentials(server, ca_pem, chain_pem, key_pem, info)?;
+        self.installed(&creds);
+        Ok(creds)
+    }
+
+    /// The key of the CSR in flight: the persisted pending key, or a new one saved first.
+    fn pending_key(&self, dir: &CertDir) -> Result<NodeKey, BootstrapError> {
+        if let Some(pem) = dir.load_pending_key()? {
+            match NodeKey::from_pem(&pem) {
+                Ok(key) => return Ok(key),
+                Err(e) => tracing::warn!(error = %report(&e), "discarding an unreadable pending key"),
+            }
+        }
+        let key = NodeKey::generate()?;
+        dir.store_pending_key(&key.to_pem())?;
+        Ok(key)
+    }
+
+    pub(crate) fn credentials(
+        &self,
+        server: &str,
+        ca_pem: &[u8],
+        chain_pem: String,
+        key: crate::pki::PrivateKeyPem,
+        cert: CertInfo,
+    ) -> Result<Credentials, BootstrapError> {
+        let credential = Credential::ClientCert { chain_pem, key };
+        let client = ApiClient::new(server, ca_pem, &credential, self.api.clone())?;
+        Ok(Credentials {
+            client,
+            cert,
+            server: server.to_string(),
+            ca_pem: ca_pem.to_vec(),
+        })
+    }
+
+    fn installed(&self, creds: &Credentials) {
+        let summary = health::CertSummary {
+            serial: creds.cert.serial.clone(),
+            not_after: creds.cert.not_after,
+            rotate_at: None,
+        };
+        self.health.update(|s| {
+            s.bootstrap = State::Installed;
+            s.cert = Some(summary);
+        });
+    }
+}

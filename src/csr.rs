@@ -1,0 +1,314 @@
+//! Owns CertificateSigningRequests: the object bootlet files (named from key + request, so a
+//! restarted agent finds its own), adopting it after a restart, and the bounded list+watch
+//! wait until it is issued, denied or failed. Keys, files and retries-with-new-keys live elsewhere.
+
+use std::time::Duration;
+
+use k8s_openapi::api::certificates::v1::{
+    CertificateSigningRequest, CertificateSigningRequestList, CertificateSigningRequestSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, WatchEvent};
+use k8s_openapi::ByteString;
+use tokio::time::Instant;
+
+use crate::apiserver::watch::EventStream;
+use crate::apiserver::{self, retrying, ApiClient};
+use crate::backoff::Backoff;
+use crate::pki::{self, NodeKey};
+
+const CSR_PATH: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+/// Server-side bound of one watch request; client-go picks 5-10 minutes.
+const WATCH_SECONDS: u64 = 300;
+
+/// Why waiting on a CSR ended without a certificate.
+#[derive(Debug, thiserror::Error)]
+pub enum CsrError {
+    #[error("CSR {name}: request failed")]
+    Api {
+        name: String,
+        #[source]
+        source: apiserver::Error,
+    },
+    #[error("CSR {name} exists but is not ours (other key, subject or signer); delete it with `kubectl delete csr {name}`")]
+    NameTaken { name: String },
+    #[error("CSR {name} was not approved within {after:?}; approve it with `kubectl certificate approve {name}`, or check the approver (kube-controller-manager csrapproving and the ClusterRoleBinding kubeadm:node-autoapprove-bootstrap)")]
+    Timeout { name: String, after: Duration },
+    #[error("CSR {name} was deleted while bootlet waited for it")]
+    Deleted { name: String },
+    #[error("building the CSR")]
+    Build(#[source] pki::PkiError),
+}
+
+/// How a CSR ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Approved and signed: the PEM chain from `status.certificate`.
+    Issued { chain_pem: String },
+    Denied { reason: String, message: String },
+    Failed { reason: String, message: String },
+}
+
+/// Where a pending CSR stands, for STATUS= and logs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pending {
+    AwaitingApproval,
+    /// Approved for longer than the warning threshold with no certificate.
+    ApprovedNotIssued,
+}
+
+/// Bounds on one wait.
+#[derive(Debug, Clone)]
+pub struct WaitOptions {
+    /// `--csr-timeout`: give up on this CSR after this long.
+    pub timeout: Duration,
+    /// Say "approved but not issued" after this long approved without a certificate.
+    pub not_issued_warning: Duration,
+}
+
+/// The CSR object for `key` and `node` (pure).
+pub fn build(key: &NodeKey, node: &str) -> Result<CertificateSigningRequest, pki::PkiError> {
+    let request = pki::csr_pem(key, node)?;
+    Ok(CertificateSigningRequest {
+        metadata: ObjectMeta {
+            name: Some(pki::csr_name(key, node)),
+            ..ObjectMeta::default()
+        },
+        spec: CertificateSigningRequestSpec {
+            request: ByteString(request.into_bytes()),
+            signer_name: pki::SIGNER_NAME.to_string(),
+            usages: Some(pki::USAGES.iter().map(|u| u.to_string()).collect()),
+            ..CertificateSigningRequestSpec::default()
+        },
+        status: None,
+    })
+}
+
+/// File the CSR for `key`, or adopt the one a previous run filed. Returns its name.
+pub async fn file(
+    client: &ApiClient,
+    key: &NodeKey,
+    node: &str,
+    retry: &mut Backoff,
+) -> Result<String, CsrError> {
+    let csr = build(key, node).map_err(CsrError::Build)?;
+    let name = csr.metadata.name.clone().unwrap_or_default();
+    let api = |source| CsrError::Api {
+        name: name.clone(),
+        source,
+    };
+    let created = retrying("creating the CSR", retry, || {
+        client.create::<_, CertificateSigningRequest>(CSR_PATH, &csr)
+    })
+    .await;
+    match created {
+        Ok(_) => {
+            tracing::info!(csr = %name, "filed CSR");
+            Ok(name)
+        }
+        Err(e) if e.is_already_exists() => {
+            let path = format!("{CSR_PATH}/{name}");
+            let existing: CertificateSigningRequest =
+                retrying("reading the existing CSR", retry, || client.get(&path))
+                    .await
+                    .map_err(api)?;
+            if existing.spec.signer_name == pki::SIGNER_NAME
+                && pki::csr_matches_key(&existing.spec.request.0, key, node)
+            {
+                tracing::info!(csr = %name, "adopted the CSR a previous run filed");
+                Ok(name)
+            } else {
+                Err(CsrError::NameTaken { name })
+            }
+        }
+        Err(e) => Err(api(e)),
+    }
+}
+
+/// Where `csr` stands (pure): `Some(verdict)` once it is decided.
+pub fn verdict(csr: &CertificateSigningRequest) -> (Option<Verdict>, bool) {
+    let status = csr.status.as_ref();
+    let conditions = status.and_then(|s| s.conditions.as_deref()).unwrap_or(&[]);
+    let mut approved = false;
+    for c in conditions.iter().filter(|c| c.status == "True") {
+        let reason = c.reason.clone().unwrap_or_default();
+        let message = c.message.clone().unwrap_or_default();
+        match c.type_.as_str() {
+            "Denied" => return (Some(Verdict::Denied { reason, message }), false),
+            "Failed" => return (Some(Verdict::Failed { reason, message }), approved),
+            "Approved" => approved = true,
+            _ => {}
+        }
+    }
+    let cert = status.and_then(|s| s.certificate.as_ref()).map(|c| &c.0);
+    match cert {
+        Some(bytes) if approved && !bytes.is_empty() => {
+            let chain_pem = String::from_utf8_lossy(bytes).into_owned();
+            (Some(Verdict::Issued { chain_pem }), true)
+        }
+        _ => (None, approved),
+    }
+}
+
+/// Wait until CSR `name` is decided, at most `opts.timeout`. `on_pending` hears each
+/// change of the pending state (for STATUS=). Retryable API errors are retried inside.
+pub async fn wait(
+    client: &ApiClient,
+    name: &str,
+    opts: &WaitOptions,
+    retry: &mut Backoff,
+    on_pending: &mut (dyn FnMut(Pending) + Send),
+) -> Result<Verdict, CsrError> {
+    tokio::time::timeout(opts.timeout, watch_until_decided(client, name, opts, retry, on_pending))
+        .await
+        .unwrap_or_else(|_| {
+            Err(CsrError::Timeout {
+                name: name.to_string(),
+                after: opts.timeout,
+            })
+        })
+}
+
+/// The list+watch loop: list once for the current state and a resourceVersion, then
+/// watch from there; resume on a dropped watch, relist on 410.
+async fn watch_until_decided(
+    client: &ApiClient,
+    name: &str,
+    opts: &WaitOptions,
+    retry: &mut Backoff,
+    on_pending: &mut (dyn FnMut(Pending) + Send),
+) -> Result<Verdict, CsrError> {
+    let api = |source| CsrError::Api {
+        name: name.to_string(),
+        source,
+    };
+    let selector = format!("fieldSelector=metadata.name%3D{name}");
+    let mut tracker = ApprovalTracker::new(opts.not_issued_warning);
+    on_pending(Pending::AwaitingApproval);
+    let mut version: Option<String> = None;
+    loop {
+        let rv = match version.take() {
+            Some(rv) => rv,
+            None => {
+                let path = format!("{CSR_PATH}?{selector}");
+                let list: CertificateSigningRequestList =
+                    retrying("listing the CSR", retry, || client.get(&path))
+                        .await
+                        .map_err(api)?;
+                let Some(csr) = list.items.first() else {
+                    return Err(CsrError::Deleted { name: name.into() });
+                };
+                if let Some(v) = tracker.observe(csr, on_pending) {
+                    return Ok(v);
+                }
+                list.metadata.resource_version.unwrap_or_default()
+            }
+        };
+        let path = format!(
+            "{CSR_PATH}?{selector}&watch=true&allowWatchBookmarks=true&resourceVersion={rv}&timeoutSeconds={WATCH_SECONDS}"
+        );
+        let idle = Duration::from_secs(WATCH_SECONDS + 30);
+        let opened = EventStream::<CertificateSigningRequest>::open(
+            client,
+            path,
+            Duration::from_secs(WATCH_SECONDS),
+            idle,
+        )
+        .await;
+        let mut stream = match opened {
+            Ok(s) => s,
+            Err(e) if e.is_gone() => continue,
+            Err(e) if e.is_retryable() => {
+                tokio::time::sleep(retry.with_retry_after(e.retry_after())).await;
+                version = Some(rv);
+                continue;
+            }
+            Err(e) => return Err(api(e)),
+        };
+        let mut last = rv;
+        loop {
+            let event = tokio::select! {
+                event = stream.next() => event,
+                () = tracker.warning_due() => {
+                    tracing::warn!(csr = %name, "CSR approved but not issued after {:?}: is a signer running (kube-controller-manager --cluster-signing-*)?", opts.not_issued_warning);
+                    on_pending(Pending::ApprovedNotIssued);
+                    continue;
+                }
+            };
+            match event {
+                Ok(Some(WatchEvent::Added(csr) | WatchEvent::Modified(csr))) => {
+                    last = csr.metadata.resource_version.clone().unwrap_or(last);
+                    if let Some(v) = tracker.observe(&csr, on_pending) {
+                        return Ok(v);
+                    }
+                }
+                Ok(Some(WatchEvent::Deleted(_))) => {
+                    return Err(CsrError::Deleted { name: name.into() })
+                }
+                Ok(Some(WatchEvent::Bookmark {
+                    resource_version, ..
+                })) => last = resource_version,
+                Ok(Some(_)) => {}
+                Ok(None) => {
+                    version = Some(last);
+                    break;
+                }
+                Err(e) if e.is_gone() => break,
+                Err(e) if e.is_retryable() => {
+                    tokio::time::sleep(retry.with_retry_after(e.retry_after())).await;
+                    version = Some(last);
+                    break;
+                }
+                Err(e) => return Err(api(e)),
+            }
+        }
+    }
+}
+
+/// Remembers when the CSR was first seen approved, to say "approved but not issued" once.
+struct ApprovalTracker {
+    threshold: Duration,
+    approved_at: Option<Instant>,
+    warned: bool,
+}
+
+// === impl ApprovalTracker ===
+
+impl ApprovalTracker {
+    fn new(threshold: Duration) -> Self {
+        Self {
+            threshold,
+            approved_at: None,
+            warned: false,
+        }
+    }
+
+    fn observe(
+        &mut self,
+        csr: &CertificateSigningRequest,
+        on_pending: &mut (dyn FnMut(Pending) + Send),
+    ) -> Option<Verdict> {
+        let (verdict, approved) = verdict(csr);
+        if approved && self.approved_at.is_none() {
+            tracing::info!(csr = csr.metadata.name.as_deref().unwrap_or(""), "CSR approved");
+            self.approved_at = Some(Instant::now());
+        }
+        if verdict.is_none() && !approved {
+            on_pending(Pending::AwaitingApproval);
+        }
+        verdict
+    }
+
+    /// Resolves once, when the approved-without-certificate threshold passes.
+    async fn warning_due(&mut self) {
+        match self.approved_at {
+            Some(at) if !self.warned => {
+                tokio::time::sleep_until(at + self.threshold).await;
+                self.warned = true;
+            }
+            _ => std::future::pending().await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,222 @@
+//! The agent's health: one `Snapshot` on a watch channel that every loop updates and that
+//! `notify` (READY/STATUS/WATCHDOG) and metrics read. Pure data and formatting; no IO.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::watch;
+
+use crate::bootstrap::State;
+
+/// The client certificate in use, as logged (never its body).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CertSummary {
+    pub serial: String,
+    pub not_after: SystemTime,
+    /// When rotation is due, if rotation is on.
+    pub rotate_at: Option<SystemTime>,
+}
+
+/// The Lease loop's view.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LeaseState {
+    /// `--renew-lease`: false means the Lease is someone else's job.
+    pub enabled: bool,
+    /// The last successful create or update.
+    pub last_renewed: Option<SystemTime>,
+    /// Set while renewals fail; cleared by the next success.
+    pub failing_since: Option<SystemTime>,
+    /// Why the loop does not write (health probe down, another writer).
+    pub paused: Option<String>,
+}
+
+/// Everything `STATUS=` and readiness are derived from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    pub bootstrap: State,
+    pub cert: Option<CertSummary>,
+    pub lease: LeaseState,
+}
+
+// === impl Snapshot ===
+
+impl Snapshot {
+    /// READY=1: a valid certificate is on disk and, when we own the Lease, it was written once.
+    pub fn ready(&self) -> bool {
+        self.cert.is_some() && (!self.lease.enabled || self.lease.last_renewed.is_some())
+    }
+
+    /// One line for `systemctl status`, saying what the agent waits for or does next.
+    pub fn status_line(&self, now: SystemTime) -> String {
+        let Some(cert) = &self.cert else {
+            return self.bootstrap.status_line(now);
+        };
+        let mut line = format!("client cert valid until {}", rfc3339(cert.not_after));
+        if let Some(at) = cert.rotate_at {
+            line.push_str(&format!(", rotates at {}", rfc3339(at)));
+        }
+        if !matches!(self.bootstrap, State::Installed) {
+            line.push_str("; ");
+            line.push_str(&self.bootstrap.status_line(now));
+        }
+        if !self.lease.enabled {
+            return line;
+        }
+        match (&self.lease.paused, self.lease.failing_since, self.lease.last_renewed) {
+            (Some(why), _, _) => line.push_str(&format!("; lease not renewed: {why}")),
+            (None, Some(since), _) => line.push_str(&format!(
+                "; lease renewal failing for {}",
+                ago(now, since)
+            )),
+            (None, None, Some(at)) => {
+                line.push_str(&format!("; lease renewed {} ago", ago(now, at)))
+            }
+            (None, None, None) => line.push_str("; waiting for the first lease renewal"),
+        }
+        line
+    }
+}
+
+/// A shared handle: loops write, readers subscribe.
+#[derive(Clone)]
+pub struct Health {
+    tx: Arc<watch::Sender<Snapshot>>,
+}
+
+// === impl Health ===
+
+impl Health {
+    pub fn new(lease_enabled: bool) -> Self {
+        let (tx, _) = watch::channel(Snapshot {
+            bootstrap: State::Starting,
+            cert: None,
+            lease: LeaseState {
+                enabled: lease_enabled,
+                ..LeaseState::default()
+            },
+        });
+        Self { tx: Arc::new(tx) }
+    }
+
+    /// Change the snapshot; subscribers wake only when it really changed.
+    pub fn update(&self, f: impl FnOnce(&mut Snapshot)) {
+        self.tx.send_if_modified(|snap| {
+            let before = snap.clone();
+            f(snap);
+            *snap != before
+        });
+    }
+
+    pub fn set_bootstrap(&self, state: State) {
+        self.update(|s| s.bootstrap = state);
+    }
+
+    pub fn subscribe(&self) -> watch::Receiver<Snapshot> {
+        self.tx.subscribe()
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        self.tx.borrow().clone()
+    }
+}
+
+/// `2026-11-30T21:13:00Z`, for status lines.
+pub fn rfc3339(t: SystemTime) -> String {
+    jiff::Timestamp::try_from(t)
+        .map(|ts| ts.round(jiff::Unit::Second).unwrap_or(ts).to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// `3m12s`, for status lines; zero if `since` is in the future.
+pub fn ago(now: SystemTime, since: SystemTime) -> String {
+    let d = now.duration_since(since).unwrap_or_default();
+    human(Duration::from_secs(d.as_secs()))
+}
+
+/// A duration as `1h2m3s` / `3m12s` / `5s`.
+pub fn human(d: Duration) -> String {
+    let s = d.as_secs();
+    match (s / 3600, (s % 3600) / 60, s % 60) {
+        (0, 0, sec) => format!("{sec}s"),
+        (0, m, sec) => format!("{m}m{sec}s"),
+        (h, m, sec) => format!("{h}h{m}m{sec}s"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs)
+    }
+
+    #[test]
+    fn ready_needs_a_cert_and_the_first_lease_write() {
+        let health = Health::new(true);
+        assert!(!health.snapshot().ready());
+        health.update(|s| {
+            s.cert = Some(CertSummary {
+                serial: "01".into(),
+                not_after: t(3600),
+                rotate_at: None,
+            })
+        });
+        assert!(!health.snapshot().ready());
+        health.update(|s| s.lease.last_renewed = Some(t(1)));
+        assert!(health.snapshot().ready());
+
+        let no_lease = Health::new(false);
+        no_lease.update(|s| {
+            s.cert = Some(CertSummary {
+                serial: "01".into(),
+                not_after: t(3600),
+                rotate_at: None,
+            })
+        });
+        assert!(no_lease.snapshot().ready());
+    }
+
+    #[test]
+    fn status_lines_say_what_happens_next() {
+        let mut snap = Health::new(true).snapshot();
+        snap.bootstrap = State::WaitingApproval {
+            csr: "node-csr-abc".into(),
+            since: t(0),
+        };
+        let line = snap.status_line(t(192));
+        assert_eq!(
+            line,
+            "waiting for approval of CSR node-csr-abc for 3m12s — approve with: kubectl certificate approve node-csr-abc"
+        );
+        snap.bootstrap = State::Installed;
+        snap.cert = Some(CertSummary {
+            serial: "0a".into(),
+            not_after: t(3600),
+            rotate_at: Some(t(2700)),
+        });
+        snap.lease.last_renewed = Some(t(190));
+        assert_eq!(
+            snap.status_line(t(192)),
+            "client cert valid until 2027-01-15T08:40:00Z, rotates at 2027-01-15T08:25:00Z; lease renewed 2s ago"
+        );
+    }
+
+    #[test]
+    fn unchanged_updates_do_not_wake_subscribers() {
+        let health = Health::new(true);
+        let mut rx = health.subscribe();
+        rx.mark_unchanged();
+        health.set_bootstrap(State::Starting);
+        assert!(!rx.has_changed().unwrap());
+        health.set_bootstrap(State::Installed);
+        assert!(rx.has_changed().unwrap());
+    }
+
+    #[test]
+    fn human_durations() {
+        assert_eq!(human(Duration::from_secs(5)), "5s");
+        assert_eq!(human(Duration::from_secs(192)), "3m12s");
+        assert_eq!(human(Duration::from_secs(3723)), "1h2m3s");
+    }
+}

@@ -1,0 +1,369 @@
+//! Owns the node Lease `kube-node-lease/NODE`: the body (pure), the renewal loop on a
+//! drift-free monotonic schedule with one PUT per renewal, owner reference once the Node
+//! exists, the health-probe gate and the two-writer back-off. Credentials come in by watch.
+
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
+use rand::Rng;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::apiserver::{self, ApiClient};
+use crate::backoff::Backoff;
+use crate::config::Settings;
+use crate::error::report;
+use crate::health::Health;
+use crate::shutdown::Shutdown;
+
+pub const NAMESPACE: &str = "kube-node-lease";
+/// Fraction of the interval by which a renewal may be delayed, so a fleet started
+/// together does not renew in lockstep.
+pub const JITTER: f64 = 0.04;
+/// Quick retries inside one period, as the kubelet does.
+const RETRIES_PER_PERIOD: u32 = 5;
+/// Failed periods in a row after which the connection pool is rebuilt.
+const RECONNECT_AFTER: u32 = 2;
+/// 409s caused by someone else's renewal before we call it a write war.
+const FOREIGN_STREAK: u32 = 3;
+/// Longest pause between write attempts while another writer owns the Lease.
+const MAX_WAR_BACKOFF: Duration = Duration::from_secs(300);
+
+/// The Lease loop's configuration.
+#[derive(Clone, Debug)]
+pub struct LeaseLoop {
+    pub node: String,
+    pub interval: Duration,
+    pub duration: Duration,
+    pub owner_lookup: Duration,
+    pub probe: Option<String>,
+}
+
+impl From<&Settings> for LeaseLoop {
+    fn from(s: &Settings) -> Self {
+        Self {
+            node: s.node_name.clone(),
+            interval: s.lease_renew_interval,
+            duration: s.lease_duration,
+            owner_lookup: s.lease_owner_lookup_interval,
+            probe: s.lease_health_probe.clone(),
+        }
+    }
+}
+
+/// The Lease we want, built from the last one we saw (pure).
+pub fn body(
+    base: Option<&Lease>,
+    node: &str,
+    duration: Duration,
+    renew_time: jiff::Timestamp,
+    owner: Option<&OwnerReference>,
+) -> Lease {
+    let mut lease = base.cloned().unwrap_or_else(|| Lease {
+        metadata: ObjectMeta {
+            name: Some(node.to_string()),
+            namespace: Some(NAMESPACE.to_string()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(LeaseSpec::default()),
+    });
+    let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+    spec.holder_identity = Some(node.to_string());
+    spec.lease_duration_seconds = Some(i32::try_from(duration.as_secs()).unwrap_or(i32::MAX));
+    spec.renew_time = Some(MicroTime(renew_time));
+    if let Some(owner) = owner {
+        let refs = lease.metadata.owner_references.get_or_insert_with(Vec::new);
+        if !refs.iter().any(|r| r.uid == owner.uid) {
+            refs.retain(|r| r.kind != "Node");
+            refs.push(owner.clone());
+        }
+    }
+    lease
+}
+
+/// The next renewTime: now at microsecond precision, but always after `last` so that
+/// renewals stay strictly increasing when the wall clock steps back (pure).
+pub fn next_renew_time(now: SystemTime, last: Option<jiff::Timestamp>) -> jiff::Timestamp {
+    let now = jiff::Timestamp::try_from(now).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+    let now = now
+        .round(jiff::TimestampRound::new().smallest(jiff::Unit::Microsecond).mode(jiff::RoundMode::Trunc))
+        .unwrap_or(now);
+    match last {
+        Some(last) if now <= last => last + jiff::SignedDuration::from_micros(1),
+        _ => now,
+    }
+}
+
+/// When renewal `n` is due: `start + n × interval + jitter` with jitter in
+/// `[0, JITTER × interval)` (pure; no drift because it never adds to the last time).
+pub fn due(start: Instant, n: u32, interval: Duration, jitter_draw: f64) -> Instant {
+    start + interval * n + interval.mul_f64(JITTER * jitter_draw.clamp(0.0, 0.999_999))
+}
+
+/// Why one renewal failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RenewError {
+    #[error("renewing Lease {NAMESPACE}/{node}")]
+    Api {
+        node: String,
+        #[source]
+        source: apiserver::Error,
+    },
+    #[error("Lease {NAMESPACE}/{node}: still conflicting after a re-read")]
+    Conflict { node: String },
+    #[error("Lease {NAMESPACE}/{node} is being renewed by another writer")]
+    OtherWriter { node: String },
+}
+
+/// Mutable state of the loop between renewals.
+struct Renewer {
+    cfg: LeaseLoop,
+    cached: Option<Lease>,
+    last_renew: Option<jiff::Timestamp>,
+    owner: Option<OwnerReference>,
+    next_owner_lookup: Instant,
+    foreign: u32,
+}
+
+// === impl LeaseLoop ===
+
+impl LeaseLoop {
+    fn path(&self) -> String {
+        format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{}", self.node)
+    }
+
+    /// Renew until shutdown, always with the newest client from `clients`.
+    pub async fn run(self, mut clients: watch::Receiver<ApiClient>, health: Health, mut shutdown: Shutdown) {
+        let interval = self.interval;
+        let mut r = Renewer {
+            cfg: self,
+            cached: None,
+            last_renew: None,
+            owner: None,
+            next_owner_lookup: Instant::now(),
+            foreign: 0,
+        };
+        let start = Instant::now();
+        let mut n: u32 = 0;
+        let mut failed_periods = 0u32;
+        let mut probe_ok: Option<bool> = None;
+        let mut war = Backoff::new(interval, MAX_WAR_BACKOFF, 0.2).expect("interval is positive");
+        let mut war_until: Option<Instant> = None;
+        let mut client = clients.borrow_and_update().clone();
+        loop {
+            let at = due(start, n, interval, rand::rng().random());
+            tokio::select! {
+                () = tokio::time::sleep_until(at) => {}
+                () = shutdown.requested() => return,
+            }
+            if clients.has_changed().unwrap_or(false) {
+                client = clients.borrow_and_update().clone();
+                tracing::info!(identity = %client.identity(), "lease: switched to the new credentials");
+            }
+            // Skip slots missed by a slow renewal instead of bursting to catch up.
+            let elapsed = Instant::now().saturating_duration_since(start);
+            n = (elapsed.as_nanos() / interval.as_nanos()) as u32 + 1;
+
+            if !r.probe_allows(&mut probe_ok, &health).await {
+                continue;
+            }
+            if war_until.is_some_and(|until| Instant::now() < until) {
+                continue;
+            }
+            match r.renew_in_period(&client, at + interval).await {
+                Ok(()) => {
+                    if war_until.take().is_some() {
+                        tracing::info!(node = %r.cfg.node, "lease: the other writer stopped; renewing again");
+                        war.reset();
+                    }
+                    failed_periods = 0;
+                    let now = SystemTime::now();
+                    health.update(|s| {
+                        s.lease.last_renewed = Some(now);
+                        s.lease.failing_since = None;
+                        s.lease.paused = None;
+                    });
+                    tracing::debug!(node = %r.cfg.node, "lease renewed");
+                }
+                Err(RenewError::OtherWriter { .. }) => {
+                    let wait = war.next_delay();
+                    if war_until.is_none() {
+                        tracing::warn!(node = %r.cfg.node, "Lease {NAMESPACE}/{} is renewed by another writer (the kubelet?): two writers hide a dead kubelet; run bootlet with --renew-lease=false (or --lease-health-probe) when the kubelet renews its own Lease. Backing off.", r.cfg.node);
+                    }
+                    war_until = Some(Instant::now() + wait);
+                    health.update(|s| s.lease.paused = Some("another writer renews the Lease (use --renew-lease=false)".into()));
+                }
+                Err(e) => {
+                    failed_periods += 1;
+                    let now = SystemTime::now();
+                    let mut since = now;
+                    health.update(|s| since = *s.lease.failing_since.get_or_insert(now));
+                    let failing = now.duration_since(since).unwrap_or_default();
+                    if failing > r.cfg.duration {
+                        tracing::error!(node = %r.cfg.node, error = %report(&e), failing_for = ?failing, "Lease renewal has failed for longer than the lease duration: the node controller will mark this node NotReady");
+                    } else {
+                        tracing::warn!(node = %r.cfg.node, error = %report(&e), "Lease renewal failed");
+                    }
+                    if failed_periods >= RECONNECT_AFTER {
+                        match client.reconnect() {
+                            Ok(fresh) => client = fresh,
+                            Err(e) => tracing::warn!(error = %report(&e), "lease: cannot rebuild the connection pool"),
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+// === impl Renewer ===
+
+impl Renewer {
+    /// Whether the health probe (if any) allows renewing this period; logs transitions.
+    async fn probe_allows(&mut self, last: &mut Option<bool>, health: &Health) -> bool {
+        let Some(url) = self.cfg.probe.as_ref() else {
+            return true;
+        };
+        let ok = probe(url).await;
+        if *last != Some(ok) {
+            if ok {
+                tracing::info!(probe = %url, "lease health probe answers; renewing the Lease");
+            } else {
+                tracing::warn!(probe = %url, "lease health probe fails; not renewing the Lease so the node shows NotReady");
+            }
+            *last = Some(ok);
+        }
+        if !ok {
+            health.update(|s| s.lease.paused = Some(format!("health probe {url} fails")));
+        }
+        ok
+    }
+
+    /// One renewal with quick retries, all before `deadline` (the next period).
+    async fn renew_in_period(&mut self, client: &ApiClient, deadline: Instant) -> Result<(), RenewError> {
+        let mut quick = Backoff::new(Duration::from_millis(100), self.cfg.interval / 4, 0.2)
+            .expect("interval is positive");
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.renew(client).await {
+                Ok(()) => return Ok(()),
+                Err(RenewError::Api { source, node }) if source.is_retryable() && attempt < RETRIES_PER_PERIOD => {
+                    let wait = quick.with_retry_after(source.retry_after());
+                    if Instant::now() + wait >= deadline {
+                        return Err(RenewError::Api { node, source });
+                    }
+                    tracing::debug!(error = %report(&source), retry_in = ?wait, "lease: retrying");
+                    tokio::time::sleep(wait).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// One renewal: PUT the cached Lease; create on 404; re-read and retry once on 409.
+    async fn renew(&mut self, client: &ApiClient) -> Result<(), RenewError> {
+        self.lookup_owner(client).await;
+        let path = self.cfg.path();
+        let api = |source| RenewError::Api {
+            node: self.cfg.node.clone(),
+            source,
+        };
+        if self.cached.is_none() {
+            match client.get::<Lease>(&path).await {
+                Ok(lease) => self.cached = Some(lease),
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(api(e)),
+            }
+        }
+        for _ in 0..2 {
+            let renew = next_renew_time(SystemTime::now(), self.last_renew);
+            let want = body(self.cached.as_ref(), &self.cfg.node, self.cfg.duration, renew, self.owner.as_ref());
+            let result = match &self.cached {
+                Some(_) => client.replace::<_, Lease>(&path, &want).await,
+                None => {
+                    let list = format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases");
+                    client.create::<_, Lease>(&list, &want).await
+                }
+            };
+            match result {
+                Ok(written) => {
+                    self.cached = Some(written);
+                    self.last_renew = Some(renew);
+                    self.foreign = 0;
+                    return Ok(());
+                }
+                Err(e) if e.is_not_found() => self.cached = None,
+                Err(e) if e.code() == Some(409) => {
+                    let current: Lease = client.get(&path).await.map_err(api)?;
+                    if self.renewed_by_someone_else(&current) {
+                        self.foreign += 1;
+                        if self.foreign >= FOREIGN_STREAK {
+                            self.cached = Some(current);
+                            return Err(RenewError::OtherWriter { node: self.cfg.node.clone() });
+                        }
+                    }
+                    self.cached = Some(current);
+                }
+                Err(e) => return Err(api(e)),
+            }
+        }
+        Err(RenewError::Conflict { node: self.cfg.node.clone() })
+    }
+
+    /// The Lease moved since our last write and not by our hand.
+    fn renewed_by_someone_else(&self, current: &Lease) -> bool {
+        let theirs = current.spec.as_ref().and_then(|s| s.renew_time.as_ref()).map(|t| t.0);
+        matches!((theirs, self.last_renew), (Some(theirs), Some(ours)) if theirs != ours)
+    }
+
+    /// Look the Node up now and then (never on every renewal) until it exists.
+    async fn lookup_owner(&mut self, client: &ApiClient) {
+        if self.owner.is_some() || Instant::now() < self.next_owner_lookup {
+            return;
+        }
+        self.next_owner_lookup = Instant::now() + self.cfg.owner_lookup;
+        match client.get::<Node>(&format!("/api/v1/nodes/{}", self.cfg.node)).await {
+            Ok(node) => {
+                if let Some(uid) = node.metadata.uid {
+                    tracing::info!(node = %self.cfg.node, %uid, "Node exists; the Lease gets its owner reference");
+                    self.owner = Some(OwnerReference {
+                        api_version: "v1".into(),
+                        kind: "Node".into(),
+                        name: self.cfg.node.clone(),
+                        uid,
+                        ..OwnerReference::default()
+                    });
+                }
+            }
+            Err(e) if e.is_not_found() => tracing::debug!(node = %self.cfg.node, "Node not registered yet"),
+            Err(e) => tracing::debug!(error = %report(&e), "Node lookup failed"),
+        }
+    }
+}
+
+/// One local health probe: 2xx within a second counts as healthy.
+async fn probe(url: &str) -> bool {
+    static CLIENT: std::sync::OnceLock<Option<reqwest::Client>> = std::sync::OnceLock::new();
+    let client = CLIENT.get_or_init(|| {
+        let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .ok()?
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth();
+        reqwest::Client::builder()
+            .use_preconfigured_tls(tls)
+            .timeout(Duration::from_secs(1))
+            .build()
+            .ok()
+    });
+    match client {
+        Some(c) => c.get(url).send().await.is_ok_and(|r| r.status().is_success()),
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,57 @@
+use super::*;
+
+fn ts(s: &str) -> jiff::Timestamp {
+    s.parse().unwrap()
+}
+
+#[test]
+fn body_sets_holder_duration_and_renew_time() {
+    let lease = body(None, "node-a", Duration::from_secs(40), ts("2026-11-30T21:00:00.123456Z"), None);
+    assert_eq!(lease.metadata.name.as_deref(), Some("node-a"));
+    assert_eq!(lease.metadata.namespace.as_deref(), Some(NAMESPACE));
+    let spec = lease.spec.unwrap();
+    assert_eq!(spec.holder_identity.as_deref(), Some("node-a"));
+    assert_eq!(spec.lease_duration_seconds, Some(40));
+    let json = serde_json::to_value(spec.renew_time.unwrap()).unwrap();
+    assert_eq!(json, "2026-11-30T21:00:00.123456Z");
+}
+
+#[test]
+fn body_keeps_the_cached_object_and_adds_the_owner_once() {
+    let owner = OwnerReference {
+        api_version: "v1".into(),
+        kind: "Node".into(),
+        name: "node-a".into(),
+        uid: "uid-1".into(),
+        ..OwnerReference::default()
+    };
+    let mut first = body(None, "node-a", Duration::from_secs(40), ts("2026-11-30T21:00:00Z"), Some(&owner));
+    first.metadata.resource_version = Some("7".into());
+    let second = body(Some(&first), "node-a", Duration::from_secs(40), ts("2026-11-30T21:00:10Z"), Some(&owner));
+    assert_eq!(second.metadata.resource_version.as_deref(), Some("7"));
+    assert_eq!(second.metadata.owner_references.as_ref().unwrap().len(), 1);
+}
+
+#[test]
+fn renew_time_is_strictly_increasing_even_when_the_clock_steps_back() {
+    let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let a = next_renew_time(t0, None);
+    let b = next_renew_time(t0 - Duration::from_secs(30), Some(a));
+    assert!(b > a);
+    let c = next_renew_time(t0 + Duration::from_nanos(1), Some(b));
+    assert!(c > b);
+    // Microsecond precision: MicroTime drops anything finer.
+    assert_eq!(a.subsec_nanosecond() % 1000, 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn schedule_does_not_drift_and_jitter_stays_inside_four_percent() {
+    let start = Instant::now();
+    let interval = Duration::from_secs(10);
+    for n in 0..1000 {
+        let lo = start + interval * n;
+        let at = due(start, n, interval, 0.999_999_9);
+        assert!(at >= lo && at < lo + Duration::from_millis(400), "slot {n}");
+        assert_eq!(due(start, n, interval, 0.0), lo);
+    }
+}

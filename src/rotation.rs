@@ -1,0 +1,226 @@
+//! Client-certificate rotation: the deadline (pure, from the certificate itself), and the
+//! loop that renews through the current certificate at that deadline, adopts outside
+//! replacements, prunes old files and falls back to bootstrap once the certificate expired.
+
+use std::time::{Duration, SystemTime};
+
+use sha2::{Digest, Sha256};
+use tokio::sync::watch;
+
+use crate::apiserver::ApiClient;
+use crate::backoff::Backoff;
+use crate::bootstrap::{Bootstrap, BootstrapError, Credentials, State};
+use crate::config::Settings;
+use crate::error::report;
+use crate::health::{self, CertSummary, Health};
+use crate::pki::files::CertDir;
+use crate::pki::{verify, NodeKey};
+use crate::shutdown::Shutdown;
+
+/// Longest wait between retries of a failed rotation.
+const MAX_RETRY: Duration = Duration::from_secs(300);
+/// Without rotation, warn once this much of the lifetime has passed.
+const WARN_FRACTION: f64 = 0.9;
+
+/// When to rotate: `not_before + F × lifetime`, F = `fraction + jitter × (2·draw − 1)`, so F
+/// is uniform in `[fraction − jitter, fraction + jitter]` for a uniform `draw` in [0, 1).
+pub fn deadline(
+    not_before: SystemTime,
+    not_after: SystemTime,
+    fraction: f64,
+    jitter: f64,
+    draw: f64,
+) -> SystemTime {
+    let lifetime = not_after.duration_since(not_before).unwrap_or_default();
+    let f = (fraction + jitter * (2.0 * draw.clamp(0.0, 1.0) - 1.0)).clamp(0.0, 1.0);
+    not_before + lifetime.mul_f64(f)
+}
+
+/// The jitter draw for a certificate: a hash of its serial mapped to [0, 1), so the
+/// deadline is spread across a fleet yet the same after a restart.
+pub fn draw_for(serial: &str) -> f64 {
+    let digest = Sha256::digest(serial.as_bytes());
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&digest[..8]);
+    (u64::from_be_bytes(word) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// How often the loop wakes to look for outside changes: a twentieth of the lifetime,
+/// between 1 s and 1 min.
+fn check_every(creds: &Credentials) -> Duration {
+    let lifetime = creds
+        .cert
+        .not_after
+        .duration_since(creds.cert.not_before)
+        .unwrap_or_default();
+    (lifetime / 20).clamp(Duration::from_secs(1), Duration::from_secs(60))
+}
+
+/// The rotation loop and what it needs.
+pub struct Rotation<'a> {
+    pub settings: &'a Settings,
+    pub bootstrap: &'a Bootstrap<'a>,
+    pub health: Health,
+    pub clients: watch::Sender<ApiClient>,
+}
+
+// === impl Rotation ===
+
+impl Rotation<'_> {
+    /// The deadline of `creds`' certificate, recorded in health.
+    fn schedule(&self, creds: &Credentials) -> Option<SystemTime> {
+        let s = self.settings;
+        let cert = &creds.cert;
+        let at = s.rotate_certificates.then(|| {
+            deadline(
+                cert.not_before,
+                cert.not_after,
+                s.rotation_fraction,
+                s.rotation_jitter,
+                draw_for(&cert.serial),
+            )
+        });
+        let summary = CertSummary {
+            serial: cert.serial.clone(),
+            not_after: cert.not_after,
+            rotate_at: at,
+        };
+        self.health.update(|h| h.cert = Some(summary));
+        match at {
+            Some(at) => tracing::info!(serial = %cert.serial, not_after = %health::rfc3339(cert.not_after), rotate_at = %health::rfc3339(at), "client certificate rotation scheduled"),
+            None => tracing::info!(serial = %cert.serial, not_after = %health::rfc3339(cert.not_after), "--rotate-certificates=false: the certificate will not be rotated"),
+        }
+        at
+    }
+
+    /// Publish new credentials to every loop and reschedule.
+    fn publish(&self, creds: &Credentials) {
+        self.clients.send_replace(creds.client.clone());
+        self.health.set_bootstrap(State::Installed);
+    }
+
+    /// Rotate until shutdown. `creds` is the identity in use now.
+    pub async fn run(self, mut creds: Credentials, mut shutdown: Shutdown) {
+        let dir = match CertDir::open(&self.settings.cert_dir) {
+            Ok(dir) => dir,
+            Err(e) => {
+                tracing::error!(error = %report(&e), "rotation cannot open the cert dir; not rotating");
+                return;
+            }
+        };
+        let mut at = self.schedule(&creds);
+        let mut retry = Backoff::new(Duration::from_secs(1), MAX_RETRY, 0.2).expect("valid bounds");
+        let mut next_try = at;
+        let mut warned = false;
+        loop {
+            let now = SystemTime::now();
+            let wake = next_try
+                .map(|t| t.duration_since(now).unwrap_or_default())
+                .unwrap_or(Duration::MAX)
+                .min(check_every(&creds));
+            tokio::select! {
+                () = tokio::time::sleep(wake) => {}
+                () = shutdown.requested() => return,
+            }
+            let now = SystemTime::now();
+            if let Some(adopted) = self.adopt_outside_change(&dir, &creds) {
+                creds = adopted;
+                self.publish(&creds);
+                at = self.schedule(&creds);
+                next_try = at;
+                retry.reset();
+                continue;
+            }
+            let Some(due) = next_try else {
+                self.without_rotation(&creds, now, &mut warned);
+                continue;
+            };
+            if now < due {
+                continue;
+            }
+            let expired = now >= creds.cert.not_after;
+            let result = if expired {
+                tracing::error!(serial = %creds.cert.serial, "the client certificate expired before it was rotated; falling back to the bootstrap kubeconfig");
+                self.bootstrap.attempt(&dir).await
+            } else {
+                tracing::info!(serial = %creds.cert.serial, "rotating the client certificate");
+                self.bootstrap
+                    .obtain(&dir, &creds.client, &creds.server, &creds.ca_pem)
+                    .await
+            };
+            match result {
+                Ok(new) => {
+                    tracing::info!(old = %creds.cert.serial, new = %new.cert.serial, "client certificate rotated");
+                    creds = new;
+                    self.publish(&creds);
+                    self.prune(&dir);
+                    at = self.schedule(&creds);
+                    next_try = at;
+                    retry.reset();
+                }
+                Err(e) => {
+                    let remaining = creds.cert.not_after.duration_since(now).unwrap_or_default();
+                    let delay = retry
+                        .next_delay()
+                        .min((remaining / 10).max(Duration::from_secs(1)));
+                    self.report_failure(&e, expired, delay);
+                    next_try = Some(SystemTime::now() + delay);
+                }
+            }
+        }
+    }
+
+    fn report_failure(&self, e: &BootstrapError, expired: bool, delay: Duration) {
+        let until = SystemTime::now() + delay;
+        if expired {
+            tracing::error!(error = %report(e), retry_in = %health::human(delay), "no usable identity: the client certificate expired and bootstrap failed");
+        } else {
+            tracing::warn!(error = %report(e), retry_in = %health::human(delay), "rotation failed; the current certificate stays in use");
+        }
+        self.health.set_bootstrap(State::BackingOff {
+            until,
+            reason: format!("rotation failed: {}", report(e)),
+        });
+    }
+
+    /// A `kubelet-client-current.pem` someone else installed, if it is valid for us.
+    fn adopt_outside_change(&self, dir: &CertDir, creds: &Credentials) -> Option<Credentials> {
+        let (chain_pem, key_pem) = dir.read_current().ok()??;
+        let key = NodeKey::from_pem(&key_pem).ok()?;
+        let s = self.settings;
+        let info = verify::verify_issued(&chain_pem, &key, &s.node_name, &creds.ca_pem, SystemTime::now()).ok()?;
+        if info.serial == creds.cert.serial {
+            return None;
+        }
+        tracing::info!(old = %creds.cert.serial, new = %info.serial, "adopting a client certificate installed outside bootlet");
+        self.bootstrap
+            .credentials(&creds.server, &creds.ca_pem, chain_pem, key_pem, info)
+            .map_err(|e| tracing::warn!(error = %report(&e), "cannot use the outside certificate"))
+            .ok()
+    }
+
+    /// With `--rotate-certificates=false`: warn at 90 % of the lifetime, error at expiry.
+    fn without_rotation(&self, creds: &Credentials, now: SystemTime, warned: &mut bool) {
+        let cert = &creds.cert;
+        let warn_at = deadline(cert.not_before, cert.not_after, WARN_FRACTION, 0.0, 0.5);
+        if now >= cert.not_after {
+            tracing::error!(serial = %cert.serial, not_after = %health::rfc3339(cert.not_after), "the client certificate has expired and rotation is off (--rotate-certificates=false)");
+        } else if now >= warn_at && !*warned {
+            *warned = true;
+            tracing::warn!(serial = %cert.serial, not_after = %health::rfc3339(cert.not_after), "the client certificate is past 90 % of its lifetime and rotation is off");
+        }
+    }
+
+    fn prune(&self, dir: &CertDir) {
+        match dir.prune(self.settings.keep_certificates) {
+            Ok(removed) if !removed.is_empty() => {
+                tracing::info!(count = removed.len(), "pruned old client certificate files")
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %report(&e), "pruning old certificate files failed"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,244 @@
+//! TLS bootstrap end to end: the real binary against the testplane over real TLS.
+
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use support::{plane, wait_event, Agent, NodeDir};
+use testplane::{Approval, Event, Signer};
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+fn mode(p: &std::path::Path) -> u32 {
+    std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+/// The bootlet flags for a node that does not renew a Lease (bootstrap only).
+fn args(node: &NodeDir, name: &str, extra: &[&str]) -> Vec<String> {
+    let mut a = node.args(name);
+    a.extend(["--renew-lease".into(), "false".into()]);
+    a.extend(extra.iter().map(|s| s.to_string()));
+    a
+}
+
+#[tokio::test]
+async fn fresh_bootstrap_writes_kubelet_files_that_real_peers_accept() {
+    let tp = plane(HOUR).await;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let mut events = tp.events();
+    let agent = Agent::spawn(&args(&node, "node-a", &[]));
+    let name = wait_event(&mut events, |e| match e {
+        Event::CsrCreated { name, .. } => Some(name.clone()),
+        _ => None,
+    })
+    .await;
+    assert!(name.starts_with("node-csr-"), "{name}");
+    agent.wait_for_log("client certificate installed").await;
+    let (status, log) = agent.terminate().await;
+    assert!(status.success(), "exit {status:?}\n{log}");
+
+    // Kubelet layout and modes.
+    assert_eq!(mode(&node.cert_dir), 0o700);
+    let target = std::fs::read_link(node.current()).unwrap();
+    assert!(target.is_absolute(), "{target:?}");
+    let file_name = target.file_name().unwrap().to_str().unwrap().to_string();
+    assert!(file_name.starts_with("kubelet-client-20") && file_name.ends_with(".pem"), "{file_name}");
+    assert_eq!(mode(&target), 0o600);
+    assert_eq!(mode(&node.kubeconfig), 0o600);
+    assert!(!node.cert_dir.join("kubelet-client.key.tmp").exists());
+    let pem = std::fs::read_to_string(node.current()).unwrap();
+    assert!(pem.contains("BEGIN CERTIFICATE") && pem.contains("PRIVATE KEY"));
+
+    // The written kubeconfig works with the real kubectl.
+    let kc = support::path(&node.kubeconfig);
+    let (ok, out) = support::run("kubectl", &["--kubeconfig", &kc, "get", "--raw", "/version"]).await;
+    assert!(ok, "kubectl: {out}");
+    assert!(out.contains("gitVersion"), "{out}");
+
+    // openssl agrees on the subject and the chain.
+    let cur = support::path(&node.current());
+    let (ok, subject) = support::run("openssl", &["x509", "-noout", "-subject", "-in", &cur]).await;
+    assert!(ok, "{subject}");
+    assert!(subject.contains("system:nodes") && subject.contains("system:node:node-a"), "{subject}");
+    let ca = node.tmp.path().join("ca.crt");
+    std::fs::write(&ca, tp.ca_pem()).unwrap();
+    let (ok, out) = support::run("openssl", &["verify", "-CAfile", &support::path(&ca), &cur]).await;
+    assert!(ok && out.contains("OK"), "{out}");
+
+    // No secret in the log.
+    let token = token_of(&tp.bootstrap_kubeconfig());
+    assert!(!log.contains(token.split('.').nth(1).unwrap()));
+    assert!(!log.contains("PRIVATE KEY") && !log.contains("BEGIN CERTIFICATE"));
+}
+
+fn token_of(kubeconfig: &str) -> String {
+    kubeconfig
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("token:"))
+        .map(|t| t.trim().trim_matches('"').to_string())
+        .expect("token in kubeconfig")
+}
+
+#[tokio::test]
+async fn a_valid_certificate_is_reused_without_a_csr_even_with_a_dead_token() {
+    let tp = plane(HOUR).await;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let agent = Agent::spawn(&args(&node, "node-b", &[]));
+    agent.wait_for_log("client certificate installed").await;
+    agent.terminate().await;
+    let before = std::fs::read_link(node.current()).unwrap();
+
+    let token = token_of(&std::fs::read_to_string(&node.bootstrap).unwrap());
+    tp.expire_token(token.split('.').next().unwrap());
+    let csrs = tp.csrs().len();
+    let agent = Agent::spawn(&args(&node, "node-b", &[]));
+    agent.wait_for_log("no CSR needed").await;
+    let (status, _) = agent.terminate().await;
+    assert!(status.success());
+    assert_eq!(tp.csrs().len(), csrs, "no new CSR");
+    assert_eq!(std::fs::read_link(node.current()).unwrap(), before);
+}
+
+#[tokio::test]
+async fn a_restart_while_pending_adopts_the_same_csr() {
+    let tp = manual_plane().await;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let mut events = tp.events();
+    let agent = Agent::spawn(&args(&node, "node-c", &[]));
+    let name = wait_event(&mut events, |e| match e {
+        Event::CsrCreated { name, .. } => Some(name.clone()),
+        _ => None,
+    })
+    .await;
+    agent.wait_for_log("waiting").await;
+    agent.kill().await;
+    assert!(node.cert_dir.join("kubelet-client.key.tmp").exists());
+
+    let agent = Agent::spawn(&args(&node, "node-c", &[]));
+    agent.wait_for_log("adopted the CSR").await;
+    tp.approve(&name);
+    agent.wait_for_log("client certificate installed").await;
+    let (status, _) = agent.terminate().await;
+    assert!(status.success());
+    assert_eq!(tp.csrs().len(), 1, "exactly one CSR on the server");
+}
+
+async fn manual_plane() -> testplane::TestPlane {
+    testplane::TestPlane::builder()
+        .cert_ttl(HOUR)
+        .approval(Approval::Manual)
+        .start()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_denied_csr_backs_off_and_retries_with_a_fresh_key() {
+    let tp = plane(HOUR).await;
+    tp.set_approval(Approval::Deny {
+        reason: "NotAllowed".into(),
+    });
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let agent = Agent::spawn(&args(&node, "node-d", &["--csr-backoff-min", "1s", "--csr-backoff-max", "2s"]));
+    let line = agent.wait_for_log("was denied").await;
+    assert!(line.contains("node-csr-") && line.contains("NotAllowed"), "{line}");
+    let start = tokio::time::Instant::now();
+    // The next attempt files a CSR with a new key, so under a new name.
+    tokio::time::timeout(support::WAIT, async {
+        while tp.csrs().len() < 2 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("a second CSR after the back-off");
+    assert!(start.elapsed() >= Duration::from_millis(700), "backed off before retrying");
+    let names: std::collections::BTreeSet<_> =
+        tp.csrs().iter().map(|c| c.metadata.name.clone().unwrap()).collect();
+    assert_eq!(names.len(), 2, "fresh key, fresh name");
+    let (status, log) = agent.terminate().await;
+    assert!(status.success());
+    assert!(tp.csrs().len() <= 4, "no tight loop: {} CSRs\n{log}", tp.csrs().len());
+    assert!(!node.current().exists());
+}
+
+#[tokio::test]
+async fn an_approval_that_never_comes_hits_the_csr_timeout() {
+    let tp = manual_plane().await;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let agent = Agent::spawn(&args(&node, "node-e", &["--csr-timeout", "1s", "--csr-backoff-min", "30s"]));
+    let line = agent.wait_for_log("was not approved within").await;
+    assert!(line.contains("kubectl certificate approve node-csr-"), "{line}");
+    let (status, _) = agent.terminate().await;
+    assert!(status.success());
+    assert!(!node.current().exists());
+}
+
+#[tokio::test]
+async fn approved_but_not_issued_is_named() {
+    let tp = plane(HOUR).await;
+    tp.set_signer(Signer::None);
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let agent = Agent::spawn(&args(&node, "node-f", &["--csr-not-issued-warning", "500ms"]));
+    agent.wait_for_log("approved but not issued").await;
+    agent.terminate().await;
+    assert!(!node.current().exists());
+}
+
+#[tokio::test]
+async fn certificates_for_another_key_node_or_ca_are_refused() {
+    for signer in [Signer::WrongKey, Signer::WrongNode, Signer::WrongCa] {
+        let tp = plane(HOUR).await;
+        tp.set_signer(signer.clone());
+        let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+        let agent = Agent::spawn(&args(&node, "node-g", &["--csr-backoff-min", "30s"]));
+        let line = agent.wait_for_log("refused the certificate").await;
+        agent.terminate().await;
+        assert!(!node.current().exists(), "{signer:?}: nothing written ({line})");
+        assert!(!node.kubeconfig.exists(), "{signer:?}");
+        let leftovers: Vec<_> = std::fs::read_dir(&node.cert_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| n.to_string_lossy().starts_with("kubelet-client-2"))
+            .collect();
+        assert!(leftovers.is_empty(), "{signer:?}: {leftovers:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_dead_token_gives_one_clear_401_line_without_the_secret() {
+    let tp = plane(HOUR).await;
+    let kubeconfig = tp.bootstrap_kubeconfig();
+    let token = token_of(&kubeconfig);
+    let (id, secret) = token.split_once('.').unwrap();
+    tp.expire_token(id);
+    let node = NodeDir::new(&kubeconfig);
+    let agent = Agent::spawn(&args(&node, "node-h", &["--csr-backoff-min", "30s"]));
+    let line = agent.wait_for_log("401").await;
+    assert!(line.contains(&format!("bootstrap token {id}")), "{line}");
+    let (_, log) = agent.terminate().await;
+    assert!(!log.contains(secret), "the token secret leaked:\n{log}");
+
+    let unknown = kubeconfig.replace(id, "zzzzzz");
+    let node = NodeDir::new(&unknown);
+    let agent = Agent::spawn(&args(&node, "node-h", &["--csr-backoff-min", "30s"]));
+    let line = agent.wait_for_log("401").await;
+    assert!(line.contains("bootstrap token zzzzzz"), "{line}");
+    agent.terminate().await;
+}
+
+#[tokio::test]
+async fn a_missing_or_broken_bootstrap_kubeconfig_stops_with_one_line_naming_the_file() {
+    let node = NodeDir::new("this: [is not a kubeconfig");
+    std::fs::remove_file(&node.bootstrap).unwrap();
+    let (status, log) = Agent::spawn(&args(&node, "node-i", &[])).exit().await;
+    assert!(!status.success());
+    let last = log.lines().last().unwrap_or_default();
+    assert!(last.contains(&support::path(&node.bootstrap)), "{log}");
+
+    let broken = NodeDir::new("this: [is not a kubeconfig");
+    let (status, log) = Agent::spawn(&args(&broken, "node-i", &[])).exit().await;
+    assert!(!status.success());
+    let last = log.lines().last().unwrap_or_default();
+    assert!(last.contains(&support::path(&broken.bootstrap)), "{log}");
+}

@@ -1,0 +1,227 @@
+//! Shared harness for integration tests: a node directory, the real `bootlet` binary as a
+//! child process with its log captured line by line, and waits on events with timeouts.
+#![allow(dead_code)] // each test binary uses a different part of the harness
+
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tempfile::TempDir;
+use testplane::{Event, TestPlane};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::broadcast;
+
+/// Generous bound for anything a test waits for; a healthy run takes milliseconds.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+/// A node's files in a temp dir: bootstrap kubeconfig in, cert dir and kubeconfig out.
+pub struct NodeDir {
+    pub tmp: TempDir,
+    pub bootstrap: PathBuf,
+    pub kubeconfig: PathBuf,
+    pub cert_dir: PathBuf,
+}
+
+impl NodeDir {
+    pub fn new(bootstrap_kubeconfig: &str) -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let bootstrap = tmp.path().join("bootstrap-kubelet.conf");
+        std::fs::write(&bootstrap, bootstrap_kubeconfig).unwrap();
+        Self {
+            kubeconfig: tmp.path().join("kubelet.conf"),
+            cert_dir: tmp.path().join("pki"),
+            bootstrap,
+            tmp,
+        }
+    }
+
+    pub fn current(&self) -> PathBuf {
+        self.cert_dir.join("kubelet-client-current.pem")
+    }
+
+    /// The flags every test passes: this node's paths, a fixed node name, no metrics port.
+    pub fn args(&self, node: &str) -> Vec<String> {
+        vec![
+            "run".into(),
+            "--bootstrap-kubeconfig".into(),
+            path(&self.bootstrap),
+            "--kubeconfig".into(),
+            path(&self.kubeconfig),
+            "--cert-dir".into(),
+            path(&self.cert_dir),
+            "--node-name".into(),
+            node.into(),
+            "--metrics-bind-address".into(),
+            "off".into(),
+        ]
+    }
+}
+
+pub fn path(p: &Path) -> String {
+    p.to_str().unwrap().to_string()
+}
+
+/// The real binary under test, with stderr captured.
+pub struct Agent {
+    child: Child,
+    lines: Arc<Mutex<Vec<String>>>,
+    tx: broadcast::Sender<String>,
+}
+
+impl Agent {
+    pub fn spawn(args: &[String]) -> Self {
+        Self::spawn_env(args, &[])
+    }
+
+    pub fn spawn_env(args: &[String], env: &[(&str, &str)]) -> Self {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bootlet"));
+        cmd.args(args)
+            .env_remove("NOTIFY_SOCKET")
+            .env_remove("JOURNAL_STREAM")
+            .env_remove("WATCHDOG_USEC")
+            .env("RUST_LOG", "bootlet=debug,info")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn bootlet");
+        let stderr = child.stderr.take().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let (tx, _) = broadcast::channel(1024);
+        let (store, sender) = (lines.clone(), tx.clone());
+        tokio::spawn(async move {
+            let mut reader = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = reader.next_line().await {
+                if std::env::var_os("BOOTLET_TEST_ECHO").is_some() {
+                    eprintln!("[bootlet] {line}");
+                }
+                store.lock().unwrap().push(line.clone());
+                let _ = sender.send(line);
+            }
+        });
+        Self { child, lines, tx }
+    }
+
+    /// Every stderr line so far.
+    pub fn log(&self) -> String {
+        self.lines.lock().unwrap().join("\n")
+    }
+
+    /// Wait until a stderr line contains `needle`; return that line.
+    pub async fn wait_for_log(&self, needle: &str) -> String {
+        let mut rx = self.tx.subscribe();
+        if let Some(line) = self.lines.lock().unwrap().iter().find(|l| l.contains(needle)) {
+            return line.clone();
+        }
+        let found = tokio::time::timeout(WAIT, async {
+            loop {
+                match rx.recv().await {
+                    Ok(line) if line.contains(needle) => return line,
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(broadcast::error::RecvError::Closed) => {
+                        return String::new();
+                    }
+                }
+            }
+        })
+        .await;
+        match found {
+            Ok(line) if !line.is_empty() => line,
+            _ => panic!("no log line containing {needle:?}; log:\n{}", self.log()),
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("running")
+    }
+
+    /// SIGTERM and wait for the exit status (bounded).
+    pub async fn terminate(mut self) -> (ExitStatus, String) {
+        signal(self.pid(), "TERM");
+        let status = tokio::time::timeout(WAIT, self.child.wait())
+            .await
+            .expect("bootlet exits after SIGTERM")
+            .unwrap();
+        // Let the reader drain the last lines.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let log = self.log();
+        (status, log)
+    }
+
+    /// SIGKILL: a crash at an arbitrary point.
+    pub async fn kill(mut self) -> String {
+        self.child.kill().await.unwrap();
+        self.log()
+    }
+
+    /// Wait for the process to exit on its own (bounded).
+    pub async fn exit(mut self) -> (ExitStatus, String) {
+        let status = tokio::time::timeout(WAIT, self.child.wait())
+            .await
+            .expect("bootlet exits")
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let log = self.log();
+        (status, log)
+    }
+}
+
+pub fn signal(pid: u32, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{sig} {pid}");
+}
+
+/// Wait for the first event matching `pick`, bounded by `WAIT`.
+pub async fn wait_event<T>(
+    events: &mut broadcast::Receiver<Event>,
+    mut pick: impl FnMut(&Event) -> Option<T>,
+) -> T {
+    tokio::time::timeout(WAIT, async {
+        loop {
+            match events.recv().await {
+                Ok(ev) => {
+                    if let Some(v) = pick(&ev) {
+                        return v;
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(e) => panic!("event stream ended: {e}"),
+            }
+        }
+    })
+    .await
+    .expect("timed out waiting for a testplane event")
+}
+
+/// Run a real command (kubectl, openssl) and return (success, stdout+stderr).
+pub async fn run(program: &str, args: &[&str]) -> (bool, String) {
+    let out = Command::new(program)
+        .args(args)
+        .env("HOME", std::env::temp_dir())
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+/// A test plane with an approver that answers at once and certificates of `ttl`.
+pub async fn plane(ttl: Duration) -> TestPlane {
+    TestPlane::builder()
+        .cert_ttl(ttl)
+        .start()
+        .await
+        .expect("start testplane")
+}
