@@ -1,1 +1,1 @@
-//! files
+//! files (being written)
