@@ -309,4 +309,4 @@ fn to_system_time(unix_secs: i64) -> SystemTime {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -156,4 +156,4 @@ impl fmt::Display for Rfc3339 {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
