@@ -1,1 +1,367 @@
-//! files
+//! The cert dir in the kubelet's layout: timestamped `kubelet-client-*.pem` (chain then
+//! key, 0600), the atomically swapped `kubelet-client-current.pem` symlink, the pending
+//! key, and `write_atomic` for every file bootlet writes. Does not validate certificates.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write as _};
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use super::{split_pem, PrivateKeyPem};
+
+/// The symlink the kubelet and kubelet.conf read.
+pub const CURRENT_FILE: &str = "kubelet-client-current.pem";
+/// The pending key of a CSR not yet issued.
+pub const PENDING_KEY_FILE: &str = "kubelet-client.key.tmp";
+const PREFIX: &str = "kubelet-client-";
+const SUFFIX: &str = ".pem";
+/// Mode of the cert dir.
+pub const DIR_MODE: u32 = 0o700;
+/// Mode of every key-bearing file.
+pub const FILE_MODE: u32 = 0o600;
+
+/// A failed file operation, naming the path.
+#[derive(Debug, thiserror::Error)]
+pub enum FilesError {
+    #[error("{path}: cannot create directory", path = .path.display())]
+    CreateDir { path: PathBuf, source: io::Error },
+    #[error("{path}: cannot set mode {mode:o}", path = .path.display())]
+    Chmod {
+        path: PathBuf,
+        mode: u32,
+        source: io::Error,
+    },
+    #[error("{path}: cannot write", path = .path.display())]
+    Write { path: PathBuf, source: io::Error },
+    #[error("{path}: cannot read", path = .path.display())]
+    Read { path: PathBuf, source: io::Error },
+    #[error("{path}: cannot rename into place", path = .path.display())]
+    Rename { path: PathBuf, source: io::Error },
+    #[error("{path}: cannot create symlink", path = .path.display())]
+    Symlink { path: PathBuf, source: io::Error },
+    #[error("{path}: cannot fsync directory", path = .path.display())]
+    SyncDir { path: PathBuf, source: io::Error },
+    #[error("{path}: cannot list directory", path = .path.display())]
+    List { path: PathBuf, source: io::Error },
+    #[error("{path}: cannot remove", path = .path.display())]
+    Remove { path: PathBuf, source: io::Error },
+    #[error("{path}: has no parent directory", path = .path.display())]
+    NoParent { path: PathBuf },
+    #[error("{path}: holds no CERTIFICATE block", path = .path.display())]
+    NoCertificate { path: PathBuf },
+    #[error("{path}: holds no PRIVATE KEY block", path = .path.display())]
+    NoPrivateKey { path: PathBuf },
+    #[error("time {time:?} cannot be named as a UTC timestamp")]
+    BadTime { time: SystemTime },
+}
+
+/// Writes `bytes` to `path` so a reader sees the old content or the new, never a mix:
+/// a temp file in the same directory (O_EXCL, `mode` from creation), write, fsync,
+/// chmod, rename over `path`, fsync the directory.
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), FilesError> {
+    let dir = parent(path)?;
+    let (tmp, mut file) = create_temp(path, mode)?;
+    let result = (|| {
+        let write_err = |source| FilesError::Write {
+            path: tmp.clone(),
+            source,
+        };
+        file.write_all(bytes).map_err(write_err)?;
+        file.sync_all().map_err(write_err)?;
+        // The umask may have removed bits from the creation mode; set it exactly.
+        file.set_permissions(fs::Permissions::from_mode(mode))
+            .map_err(|source| FilesError::Chmod {
+                path: tmp.clone(),
+                mode,
+                source,
+            })?;
+        fs::rename(&tmp, path).map_err(|source| FilesError::Rename {
+            path: path.to_path_buf(),
+            source,
+        })
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result?;
+    sync_dir(dir)
+}
+
+/// Creates `.NAME.tmp-RANDOM` beside `path` with O_EXCL and `mode`.
+fn create_temp(path: &Path, mode: u32) -> Result<(PathBuf, File), FilesError> {
+    let dir = parent(path)?;
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+    let name = name.ok_or_else(|| FilesError::NoParent {
+        path: path.to_path_buf(),
+    })?;
+    loop {
+        let tmp = dir.join(format!(".{name}.tmp-{:016x}", rand::random::<u64>()));
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)
+        {
+            Ok(file) => return Ok((tmp, file)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(source) => return Err(FilesError::Write { path: tmp, source }),
+        }
+    }
+}
+
+fn parent(path: &Path) -> Result<&Path, FilesError> {
+    match path.parent() {
+        Some(p) if p.as_os_str().is_empty() => Ok(Path::new(".")),
+        Some(p) => Ok(p),
+        None => Err(FilesError::NoParent {
+            path: path.to_path_buf(),
+        }),
+    }
+}
+
+fn sync_dir(dir: &Path) -> Result<(), FilesError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(|source| FilesError::SyncDir {
+            path: dir.to_path_buf(),
+            source,
+        })
+}
+
+/// The cert dir (`--cert-dir`), absolute, mode 0700.
+#[derive(Clone, Debug)]
+pub struct CertDir {
+    dir: PathBuf,
+}
+
+// === impl CertDir ===
+
+impl CertDir {
+    /// Creates `dir` (and parents) with mode 0700 if missing; tightens a looser mode.
+    pub fn open(dir: &Path) -> Result<CertDir, FilesError> {
+        let dir = std::path::absolute(dir).map_err(|source| FilesError::CreateDir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(DIR_MODE)
+            .create(&dir)
+            .map_err(|source| FilesError::CreateDir {
+                path: dir.clone(),
+                source,
+            })?;
+        let meta = fs::metadata(&dir).map_err(|source| FilesError::CreateDir {
+            path: dir.clone(),
+            source,
+        })?;
+        if meta.permissions().mode() & 0o7777 != DIR_MODE {
+            fs::set_permissions(&dir, fs::Permissions::from_mode(DIR_MODE)).map_err(|source| {
+                FilesError::Chmod {
+                    path: dir.clone(),
+                    mode: DIR_MODE,
+                    source,
+                }
+            })?;
+        }
+        Ok(CertDir { dir })
+    }
+
+    /// The directory, absolute.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `DIR/kubelet-client-current.pem`, absolute.
+    pub fn current_path(&self) -> PathBuf {
+        self.dir.join(CURRENT_FILE)
+    }
+
+    /// `DIR/kubelet-client.key.tmp`.
+    pub fn pending_key_path(&self) -> PathBuf {
+        self.dir.join(PENDING_KEY_FILE)
+    }
+
+    /// The chain and key the current symlink (or a regular file put there by an admin)
+    /// names; `None` if there is none (or the symlink dangles). A file without a
+    /// certificate or key is an error naming it.
+    pub fn read_current(&self) -> Result<Option<(String, PrivateKeyPem)>, FilesError> {
+        let path = self.current_path();
+        let text = match fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(FilesError::Read { path, source }),
+        };
+        let (chain, key) = split_pem(&text);
+        if chain.is_empty() {
+            return Err(FilesError::NoCertificate { path });
+        }
+        let key = key.ok_or(FilesError::NoPrivateKey { path })?;
+        Ok(Some((chain, key)))
+    }
+
+    /// Writes `kubelet-client-YYYY-MM-DD-HH-MM-SS.pem` (UTC from `now`; `-N` appended if
+    /// taken, never overwritten) holding `chain_pem` then `key`, 0600 and fsynced, then
+    /// swaps the current symlink to it atomically. Earlier files stay. Returns the new path.
+    pub fn install(
+        &self,
+        chain_pem: &str,
+        key: &PrivateKeyPem,
+        now: SystemTime,
+    ) -> Result<PathBuf, FilesError> {
+        let stamp = jiff::Timestamp::try_from(now)
+            .map_err(|_| FilesError::BadTime { time: now })?
+            .strftime("%Y-%m-%d-%H-%M-%S")
+            .to_string();
+        let mut body = chain_pem.to_string();
+        if !body.ends_with('\n') {
+            body.push('\n');
+        }
+        body.push_str(key.as_str());
+
+        // Fully written temp file first, then a hard link to the first free name: the
+        // link fails instead of replacing an existing file.
+        let (tmp, mut file) = create_temp(
+            &self.dir.join(format!("{PREFIX}{stamp}{SUFFIX}")),
+            FILE_MODE,
+        )?;
+        let written = file
+            .write_all(body.as_bytes())
+            .and_then(|()| file.sync_all())
+            .map_err(|source| FilesError::Write {
+                path: tmp.clone(),
+                source,
+            });
+        let linked = written.and_then(|()| self.link_free_name(&tmp, &stamp));
+        let _ = fs::remove_file(&tmp);
+        let target = linked?;
+        sync_dir(&self.dir)?;
+        self.point_current_at(&target)?;
+        Ok(target)
+    }
+
+    fn link_free_name(&self, tmp: &Path, stamp: &str) -> Result<PathBuf, FilesError> {
+        for n in 0u32.. {
+            let name = match n {
+                0 => format!("{PREFIX}{stamp}{SUFFIX}"),
+                n => format!("{PREFIX}{stamp}-{n}{SUFFIX}"),
+            };
+            let target = self.dir.join(name);
+            match fs::hard_link(tmp, &target) {
+                Ok(()) => return Ok(target),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(source) => {
+                    return Err(FilesError::Write {
+                        path: target,
+                        source,
+                    })
+                }
+            }
+        }
+        unreachable!("u32 names exhausted")
+    }
+
+    /// Symlink under a temp name, rename over `kubelet-client-current.pem`, fsync dir.
+    fn point_current_at(&self, target: &Path) -> Result<(), FilesError> {
+        let current = self.current_path();
+        let tmp = loop {
+            let tmp = self
+                .dir
+                .join(format!("{CURRENT_FILE}.tmp-{:016x}", rand::random::<u64>()));
+            match std::os::unix::fs::symlink(target, &tmp) {
+                Ok(()) => break tmp,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(source) => return Err(FilesError::Symlink { path: tmp, source }),
+            }
+        };
+        if let Err(source) = fs::rename(&tmp, &current) {
+            let _ = fs::remove_file(&tmp);
+            return Err(FilesError::Rename {
+                path: current,
+                source,
+            });
+        }
+        sync_dir(&self.dir)
+    }
+
+    /// The pending key of a CSR not yet issued, if one was stored.
+    pub fn load_pending_key(&self) -> Result<Option<PrivateKeyPem>, FilesError> {
+        let path = self.pending_key_path();
+        match fs::read_to_string(&path) {
+            Ok(text) => Ok(Some(PrivateKeyPem::new(text))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(FilesError::Read { path, source }),
+        }
+    }
+
+    /// Stores the pending key, 0600, atomically.
+    pub fn store_pending_key(&self, key: &PrivateKeyPem) -> Result<(), FilesError> {
+        write_atomic(&self.pending_key_path(), key.as_str().as_bytes(), FILE_MODE)
+    }
+
+    /// Removes the pending key; absent is fine.
+    pub fn remove_pending_key(&self) -> Result<(), FilesError> {
+        let path = self.pending_key_path();
+        match fs::remove_file(&path) {
+            Ok(()) => sync_dir(&self.dir),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(FilesError::Remove { path, source }),
+        }
+    }
+
+    /// Removes the oldest timestamped `kubelet-client-*.pem` beyond the newest `keep`,
+    /// never the current symlink's target. Returns what was removed, oldest first.
+    pub fn prune(&self, keep: usize) -> Result<Vec<PathBuf>, FilesError> {
+        let list_err = |source| FilesError::List {
+            path: self.dir.clone(),
+            source,
+        };
+        let current_target = fs::read_link(self.current_path())
+            .ok()
+            .and_then(|t| t.file_name().map(|n| n.to_os_string()));
+        let mut stamped = Vec::new();
+        for entry in fs::read_dir(&self.dir).map_err(list_err)? {
+            let name = entry.map_err(list_err)?.file_name();
+            if let Some(order) = name.to_str().and_then(timestamp_order) {
+                stamped.push((order, name));
+            }
+        }
+        stamped.sort();
+        let excess = stamped.len().saturating_sub(keep);
+        let mut removed = Vec::new();
+        for (_, name) in stamped.into_iter().take(excess) {
+            if Some(&name) == current_target.as_ref() {
+                continue;
+            }
+            let path = self.dir.join(&name);
+            fs::remove_file(&path).map_err(|source| FilesError::Remove {
+                path: path.clone(),
+                source,
+            })?;
+            removed.push(path);
+        }
+        if !removed.is_empty() {
+            sync_dir(&self.dir)?;
+        }
+        Ok(removed)
+    }
+}
+
+/// `kubelet-client-YYYY-MM-DD-HH-MM-SS[-N].pem` → sort key (stamp, N); other names → None.
+fn timestamp_order(name: &str) -> Option<(String, u32)> {
+    let rest = name.strip_prefix(PREFIX)?.strip_suffix(SUFFIX)?;
+    let (stamp, n) = match rest.get(19..) {
+        Some("") => (rest, 0),
+        Some(tail) => (&rest[..19], tail.strip_prefix('-')?.parse().ok()?),
+        None => return None,
+    };
+    let shape_ok = stamp.bytes().enumerate().all(|(i, b)| match i {
+        4 | 7 | 10 | 13 | 16 => b == b'-',
+        _ => b.is_ascii_digit(),
+    });
+    shape_ok.then(|| (stamp.to_string(), n))
+}
+
+#[cfg(test)]
+mod tests;

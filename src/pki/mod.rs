@@ -1,3 +1,312 @@
-//! pki (being written)
+//! Node keys, CSRs and certificate parsing: ECDSA P-256 key generation, the PKCS#10
+//! request, client-go's deterministic CSR name, and `CertInfo` from PEM chains.
+//! Pure: no IO and no clock (validity checks live in `verify`, the cert dir in `files`).
+
 pub mod files;
 pub mod verify;
+
+use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair, PublicKeyData as _};
+use sha2::{Digest as _, Sha512_256};
+use x509_parser::prelude::{FromDer as _, Pem, X509Certificate, X509CertificationRequest};
+use x509_parser::x509::X509Name;
+
+/// The signer every node client CSR names.
+pub const SIGNER_NAME: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+/// Key usages requested for an ECDSA node client certificate, in the kubelet's order.
+pub const USAGES: [&str; 2] = ["digital signature", "client auth"];
+/// The organization every node identity carries.
+pub const NODE_GROUP: &str = "system:nodes";
+/// Prefix of the node's common name: `system:node:NODE`.
+pub const NODE_CN_PREFIX: &str = "system:node:";
+
+/// Errors building keys and CSRs or parsing certificates.
+#[derive(Debug, thiserror::Error)]
+pub enum PkiError {
+    #[error("cannot generate an ECDSA P-256 key")]
+    KeyGeneration(#[source] rcgen::Error),
+    #[error("private key PEM does not parse as a PKCS#8 key")]
+    KeyParse(#[source] rcgen::Error),
+    #[error("private key is not ECDSA P-256")]
+    UnsupportedKey,
+    #[error("cannot build the certificate signing request for node {node:?}")]
+    Csr {
+        node: String,
+        #[source]
+        source: rcgen::Error,
+    },
+    #[error("no CERTIFICATE block in PEM")]
+    NoCertificate,
+    #[error("PEM block {index} is not valid base64 PEM")]
+    Pem {
+        index: usize,
+        #[source]
+        source: x509_parser::error::PEMError,
+    },
+    #[error("certificate {index} in the chain does not parse")]
+    CertParse {
+        index: usize,
+        #[source]
+        source: x509_parser::nom::Err<x509_parser::error::X509Error>,
+    },
+}
+
+/// A private key in PEM. Debug is redacted and there is no Display: use `as_str` only to
+/// write the key to its 0600 file.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PrivateKeyPem(String);
+
+// === impl PrivateKeyPem ===
+
+impl PrivateKeyPem {
+    /// Wraps PEM text read from a key file; not validated here (see `NodeKey::from_pem`).
+    pub fn new(pem: String) -> Self {
+        Self(pem)
+    }
+
+    /// The PEM text, for writing files only.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for PrivateKeyPem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("PrivateKeyPem(<redacted>)")
+    }
+}
+
+/// The node's ECDSA P-256 key pair.
+pub struct NodeKey(KeyPair);
+
+// === impl NodeKey ===
+
+impl NodeKey {
+    /// A fresh random ECDSA P-256 key.
+    pub fn generate() -> Result<Self, PkiError> {
+        KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
+            .map(Self)
+            .map_err(PkiError::KeyGeneration)
+    }
+
+    /// Parses a PKCS#8 `PRIVATE KEY` PEM; refuses keys other than ECDSA P-256.
+    pub fn from_pem(pem: &PrivateKeyPem) -> Result<Self, PkiError> {
+        let kp = KeyPair::from_pem(pem.as_str()).map_err(PkiError::KeyParse)?;
+        if kp.algorithm() != &rcgen::PKCS_ECDSA_P256_SHA256 {
+            return Err(PkiError::UnsupportedKey);
+        }
+        Ok(Self(kp))
+    }
+
+    /// The key as PKCS#8 PEM.
+    pub fn to_pem(&self) -> PrivateKeyPem {
+        PrivateKeyPem(self.0.serialize_pem())
+    }
+
+    /// The PKIX SubjectPublicKeyInfo, DER.
+    pub fn public_key_der(&self) -> Vec<u8> {
+        self.0.subject_public_key_info()
+    }
+}
+
+impl fmt::Debug for NodeKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("NodeKey(ECDSA P-256, <redacted>)")
+    }
+}
+
+/// `(CN, O)` of the node identity: `("system:node:NODE", "system:nodes")`.
+pub fn node_subject(node: &str) -> (String, String) {
+    (format!("{NODE_CN_PREFIX}{node}"), NODE_GROUP.to_string())
+}
+
+/// A PKCS#10 request in PEM, self-signed by `key`: subject O=system:nodes,
+/// CN=system:node:NODE, no SANs and no extension request.
+pub fn csr_pem(key: &NodeKey, node: &str) -> Result<String, PkiError> {
+    let (cn, o) = node_subject(node);
+    let mut dn = DistinguishedName::new();
+    // Go's pkix.Name puts O before CN; mirror the kubelet's request.
+    dn.push(DnType::OrganizationName, o);
+    dn.push(DnType::CommonName, cn);
+    let mut params = CertificateParams::default();
+    params.distinguished_name = dn;
+    let csr_err = |source| PkiError::Csr {
+        node: node.to_string(),
+        source,
+    };
+    params
+        .serialize_request(&key.0)
+        .and_then(|csr| csr.pem())
+        .map_err(csr_err)
+}
+
+/// client-go's `digestedName`: the CSR name as a function of key, subject and usages, so
+/// a restarted agent finds its own pending CSR. Deterministic for a key and node.
+pub fn csr_name(key: &NodeKey, node: &str) -> String {
+    let (cn, o) = node_subject(node);
+    digested_name(&key.public_key_der(), &cn, &[o.as_str()], &USAGES)
+}
+
+fn digested_name(spki_der: &[u8], cn: &str, orgs: &[&str], usages: &[&str]) -> String {
+    let mut hash = Sha512_256::new();
+    let mut write = |data: &[u8]| {
+        hash.update(URL_SAFE_NO_PAD.encode(data).as_bytes());
+        hash.update(b"|");
+    };
+    write(spki_der);
+    write(cn.as_bytes());
+    for o in orgs {
+        write(o.as_bytes());
+    }
+    for u in usages {
+        write(u.as_bytes());
+    }
+    format!("node-csr-{}", URL_SAFE_NO_PAD.encode(hash.finalize()))
+}
+
+/// True only if `csr` (PEM or DER PKCS#10) carries our public key, subject CN/O for
+/// `node` exactly, and a valid self-signature: the test for adopting an existing CSR.
+pub fn csr_matches_key(csr_pem_or_der: &[u8], key: &NodeKey, node: &str) -> bool {
+    let der = if csr_pem_or_der.starts_with(b"-----BEGIN") {
+        match Pem::iter_from_buffer(csr_pem_or_der).next() {
+            Some(Ok(pem)) if pem.label.ends_with("CERTIFICATE REQUEST") => pem.contents,
+            _ => return false,
+        }
+    } else {
+        csr_pem_or_der.to_vec()
+    };
+    let Ok((_, csr)) = X509CertificationRequest::from_der(&der) else {
+        return false;
+    };
+    let info = &csr.certification_request_info;
+    let (cn, o) = node_subject(node);
+    info.subject_pki.raw == key.public_key_der().as_slice()
+        && name_values(&info.subject, NameAttr::Cn) == [cn]
+        && name_values(&info.subject, NameAttr::O) == [o]
+        && csr.verify_signature().is_ok()
+}
+
+/// What a client certificate says about itself; safe to log (no key material).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CertInfo {
+    /// Serial number, lowercase hex of the DER integer bytes.
+    pub serial: String,
+    /// The subject CN; empty if absent.
+    pub subject_cn: String,
+    /// Every subject O, in order.
+    pub subject_o: Vec<String>,
+    /// The issuer DN, RFC 4514-like (`CN=kubernetes`).
+    pub issuer: String,
+    pub not_before: SystemTime,
+    pub not_after: SystemTime,
+    /// The PKIX SubjectPublicKeyInfo, DER (compare with `NodeKey::public_key_der`).
+    pub spki_der: Vec<u8>,
+    /// The extended key usage extension lists id-kp-clientAuth.
+    pub client_auth: bool,
+}
+
+// === impl CertInfo ===
+
+impl CertInfo {
+    /// Extracts the fields from a parsed certificate.
+    pub fn from_x509(cert: &X509Certificate<'_>) -> Self {
+        let client_auth =
+            matches!(cert.extended_key_usage(), Ok(Some(eku)) if eku.value.client_auth);
+        Self {
+            serial: cert
+                .raw_serial()
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect(),
+            subject_cn: name_values(cert.subject(), NameAttr::Cn)
+                .into_iter()
+                .next()
+                .unwrap_or_default(),
+            subject_o: name_values(cert.subject(), NameAttr::O),
+            issuer: cert.issuer().to_string(),
+            not_before: to_system_time(cert.validity().not_before.timestamp()),
+            not_after: to_system_time(cert.validity().not_after.timestamp()),
+            spki_der: cert.public_key().raw.to_vec(),
+            client_auth,
+        }
+    }
+}
+
+/// Every CERTIFICATE block of `pem`, in order, with its DER. Other blocks (a private key
+/// in a kubelet-client-*.pem) are skipped. Errors if there is none or one does not parse.
+pub fn parse_cert_chain(pem: &str) -> Result<Vec<(CertInfo, Vec<u8>)>, PkiError> {
+    let mut out = Vec::new();
+    for (index, block) in Pem::iter_from_buffer(pem.as_bytes()).enumerate() {
+        let block = block.map_err(|source| PkiError::Pem { index, source })?;
+        if block.label != "CERTIFICATE" {
+            continue;
+        }
+        let (_, cert) = X509Certificate::from_der(&block.contents)
+            .map_err(|source| PkiError::CertParse { index, source })?;
+        let info = CertInfo::from_x509(&cert);
+        out.push((info, block.contents));
+    }
+    if out.is_empty() {
+        return Err(PkiError::NoCertificate);
+    }
+    Ok(out)
+}
+
+/// Splits a kubelet-client-*.pem (chain then key) into the CERTIFICATE blocks, joined
+/// with newlines, and the first `*PRIVATE KEY` block. Other blocks are dropped.
+pub fn split_pem(pem: &str) -> (String, Option<PrivateKeyPem>) {
+    let mut certs = String::new();
+    let mut key = None;
+    let mut rest = pem;
+    while let Some(start) = rest.find("-----BEGIN ") {
+        let after = &rest[start + "-----BEGIN ".len()..];
+        let Some(label_end) = after.find("-----") else {
+            break;
+        };
+        let label = &after[..label_end];
+        let end_marker = format!("-----END {label}-----");
+        let Some(end) = rest[start..].find(&end_marker) else {
+            break;
+        };
+        let block_end = start + end + end_marker.len();
+        let block = &rest[start..block_end];
+        if label == "CERTIFICATE" {
+            certs.push_str(block);
+            certs.push('\n');
+        } else if label.ends_with("PRIVATE KEY") && key.is_none() {
+            key = Some(PrivateKeyPem(format!("{block}\n")));
+        }
+        rest = &rest[block_end..];
+    }
+    (certs, key)
+}
+
+#[derive(Clone, Copy)]
+enum NameAttr {
+    Cn,
+    O,
+}
+
+fn name_values(name: &X509Name<'_>, attr: NameAttr) -> Vec<String> {
+    let iter: Box<dyn Iterator<Item = _>> = match attr {
+        NameAttr::Cn => Box::new(name.iter_common_name()),
+        NameAttr::O => Box::new(name.iter_organization()),
+    };
+    iter.map(|a| a.as_str().map(str::to_string).unwrap_or_default())
+        .collect()
+}
+
+fn to_system_time(unix_secs: i64) -> SystemTime {
+    if unix_secs >= 0 {
+        UNIX_EPOCH + Duration::from_secs(unix_secs.unsigned_abs())
+    } else {
+        UNIX_EPOCH - Duration::from_secs(unix_secs.unsigned_abs())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

@@ -1,1 +1,159 @@
-//! verify
+//! Validate-before-publish for an issued client certificate: our key, our subject,
+//! clientAuth, a signature chain to the kubeconfig CA, and validity at `now`.
+//! Pure (the clock is an argument); writing the files is `files`' job.
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use x509_parser::prelude::{FromDer as _, X509Certificate};
+
+use super::{node_subject, parse_cert_chain, CertInfo, NodeKey, PkiError};
+
+/// How far in the future notBefore may be and still count as valid: signers backdate
+/// and node clocks skew.
+pub const NOT_BEFORE_TOLERANCE: Duration = Duration::from_secs(5 * 60);
+
+/// Longest issuer path followed through intermediates in the returned chain.
+const MAX_CHAIN_DEPTH: usize = 8;
+
+/// Why an issued certificate was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    #[error("issued certificate chain does not parse")]
+    Malformed(#[source] PkiError),
+    #[error("CA bundle holds no parseable certificate")]
+    MalformedCa(#[source] PkiError),
+    #[error("certificate {serial} is for another public key than our pending key")]
+    WrongKey { serial: String },
+    #[error("certificate subject is {got}, expected {expected}")]
+    WrongSubject { expected: String, got: String },
+    #[error("certificate issuer {issuer:?} does not chain to the kubeconfig CA")]
+    UntrustedIssuer { issuer: String },
+    #[error("certificate {serial} lacks the clientAuth extended key usage")]
+    MissingClientAuth { serial: String },
+    #[error("certificate is not valid before {} (more than 5 minutes ahead)", Rfc3339(*.not_before))]
+    NotYetValid { not_before: SystemTime },
+    #[error("certificate expired at {}", Rfc3339(*.not_after))]
+    Expired { not_after: SystemTime },
+}
+
+/// Checks the leaf of `chain_pem` (then any intermediates) against our key, the node
+/// identity, the CA bundle `ca_pem` and `now`; returns the leaf's `CertInfo`.
+pub fn verify_issued(
+    chain_pem: &str,
+    key: &NodeKey,
+    node: &str,
+    ca_pem: &[u8],
+    now: SystemTime,
+) -> Result<CertInfo, VerifyError> {
+    let chain = parse_cert_chain(chain_pem).map_err(VerifyError::Malformed)?;
+    let ders: Vec<&[u8]> = chain.iter().map(|(_, der)| der.as_slice()).collect();
+    let (leaf, _) = chain
+        .first()
+        .ok_or(VerifyError::Malformed(PkiError::NoCertificate))?;
+
+    if leaf.spki_der != key.public_key_der() {
+        return Err(VerifyError::WrongKey {
+            serial: leaf.serial.clone(),
+        });
+    }
+    let (cn, o) = node_subject(node);
+    if leaf.subject_cn != cn || leaf.subject_o != [o.clone()] {
+        return Err(VerifyError::WrongSubject {
+            expected: format!("CN={cn}, O={o}"),
+            got: format!("CN={}, O={}", leaf.subject_cn, leaf.subject_o.join("+")),
+        });
+    }
+    let anchors = ca_certs(ca_pem)?;
+    if !chains_to(&ders, &anchors)? {
+        return Err(VerifyError::UntrustedIssuer {
+            issuer: leaf.issuer.clone(),
+        });
+    }
+    if !leaf.client_auth {
+        return Err(VerifyError::MissingClientAuth {
+            serial: leaf.serial.clone(),
+        });
+    }
+    check_validity(leaf, now)?;
+    Ok(leaf.clone())
+}
+
+/// True while `now` lies in [notBefore - 5 min, notAfter).
+pub fn still_valid(info: &CertInfo, now: SystemTime) -> bool {
+    check_validity(info, now).is_ok()
+}
+
+fn check_validity(info: &CertInfo, now: SystemTime) -> Result<(), VerifyError> {
+    if info.not_before > now + NOT_BEFORE_TOLERANCE {
+        return Err(VerifyError::NotYetValid {
+            not_before: info.not_before,
+        });
+    }
+    if now >= info.not_after {
+        return Err(VerifyError::Expired {
+            not_after: info.not_after,
+        });
+    }
+    Ok(())
+}
+
+fn ca_certs(ca_pem: &[u8]) -> Result<Vec<Vec<u8>>, VerifyError> {
+    let text = String::from_utf8_lossy(ca_pem);
+    let certs = parse_cert_chain(&text).map_err(VerifyError::MalformedCa)?;
+    Ok(certs.into_iter().map(|(_, der)| der).collect())
+}
+
+/// Follows signatures from the leaf (`chain[0]`) through CA intermediates found in
+/// `chain[1..]` until one is signed by an anchor.
+fn chains_to(chain: &[&[u8]], anchors: &[Vec<u8>]) -> Result<bool, VerifyError> {
+    let anchors = anchors
+        .iter()
+        .map(|der| parse(der))
+        .collect::<Result<Vec<_>, _>>()?;
+    let intermediates = chain[1..]
+        .iter()
+        .map(|der| parse(der))
+        .collect::<Result<Vec<_>, _>>()?;
+    let leaf = parse(chain[0])?;
+    let mut current = &leaf;
+    for _ in 0..MAX_CHAIN_DEPTH {
+        if anchors.iter().any(|a| signed_by(current, a)) {
+            return Ok(true);
+        }
+        match intermediates
+            .iter()
+            .find(|i| i.is_ca() && signed_by(current, i))
+        {
+            Some(next) => current = next,
+            None => return Ok(false),
+        }
+    }
+    Ok(false)
+}
+
+fn parse(der: &[u8]) -> Result<X509Certificate<'_>, VerifyError> {
+    X509Certificate::from_der(der)
+        .map(|(_, c)| c)
+        .map_err(|source| VerifyError::Malformed(PkiError::CertParse { index: 0, source }))
+}
+
+fn signed_by(cert: &X509Certificate<'_>, issuer: &X509Certificate<'_>) -> bool {
+    cert.issuer().as_raw() == issuer.subject().as_raw()
+        && cert.verify_signature(Some(issuer.public_key())).is_ok()
+}
+
+/// Formats a `SystemTime` as RFC 3339 UTC for error messages.
+struct Rfc3339(SystemTime);
+
+impl fmt::Display for Rfc3339 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match jiff::Timestamp::try_from(self.0) {
+            Ok(ts) => write!(f, "{ts}"),
+            Err(_) => write!(f, "{:?}", self.0),
+        }
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

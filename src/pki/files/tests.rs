@@ -1,0 +1,203 @@
+use super::*;
+use crate::pki::tests::FIXED_KEY;
+use crate::pki::verify::tests::at;
+
+const CHAIN: &str = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+
+fn key() -> PrivateKeyPem {
+    PrivateKeyPem::new(FIXED_KEY.to_string())
+}
+
+fn mode(path: &Path) -> u32 {
+    fs::metadata(path).unwrap().permissions().mode() & 0o7777
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn open_creates_0700_and_tightens_a_loose_dir() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("a/pki");
+    let cd = CertDir::open(&dir).unwrap();
+    assert_eq!(mode(&dir), 0o700);
+    assert!(cd.current_path().is_absolute());
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+    CertDir::open(&dir).unwrap();
+    assert_eq!(mode(&dir), 0o700);
+}
+
+#[test]
+fn write_atomic_replaces_with_exact_mode_and_leaves_no_temp() {
+    let root = tempfile::tempdir().unwrap();
+    let path = root.path().join("kubelet.conf");
+    write_atomic(&path, b"one", 0o600).unwrap();
+    write_atomic(&path, b"two", 0o600).unwrap();
+    assert_eq!(fs::read(&path).unwrap(), b"two");
+    assert_eq!(mode(&path), 0o600);
+    assert_eq!(names(root.path()), ["kubelet.conf"]);
+    let err = write_atomic(&root.path().join("missing/x"), b"", 0o600).unwrap_err();
+    assert!(err.to_string().contains("missing/"), "{err}");
+}
+
+#[test]
+fn install_writes_timestamped_0600_file_and_points_current_at_it() {
+    let root = tempfile::tempdir().unwrap();
+    let cd = CertDir::open(root.path()).unwrap();
+    assert!(cd.read_current().unwrap().is_none());
+    let first = cd
+        .install(CHAIN, &key(), at("2030-01-02T03:04:05Z"))
+        .unwrap();
+    assert_eq!(
+        first,
+        cd.path().join("kubelet-client-2030-01-02-03-04-05.pem")
+    );
+    assert_eq!(mode(&first), 0o600);
+    assert_eq!(fs::read_link(cd.current_path()).unwrap(), first);
+    assert!(fs::read_link(cd.current_path()).unwrap().is_absolute());
+    let (chain, k) = cd.read_current().unwrap().unwrap();
+    assert_eq!(chain, CHAIN);
+    assert_eq!(k, key());
+    assert_eq!(
+        fs::read_to_string(&first).unwrap(),
+        format!("{CHAIN}{FIXED_KEY}")
+    );
+
+    // Same second again: a suffixed name; the old file stays untouched.
+    let second = cd
+        .install(CHAIN, &key(), at("2030-01-02T03:04:05Z"))
+        .unwrap();
+    assert_eq!(
+        second,
+        cd.path().join("kubelet-client-2030-01-02-03-04-05-1.pem")
+    );
+    assert!(first.exists());
+    assert_eq!(fs::read_link(cd.current_path()).unwrap(), second);
+    assert_eq!(
+        names(cd.path()),
+        [
+            "kubelet-client-2030-01-02-03-04-05-1.pem",
+            "kubelet-client-2030-01-02-03-04-05.pem",
+            "kubelet-client-current.pem",
+        ]
+    );
+}
+
+#[test]
+fn stray_temp_files_from_a_crash_do_not_break_read_current() {
+    let root = tempfile::tempdir().unwrap();
+    let cd = CertDir::open(root.path()).unwrap();
+    cd.install(CHAIN, &key(), at("2030-01-01T00:00:00Z"))
+        .unwrap();
+    // A crash mid-install leaves a half-written temp file and a temp symlink.
+    fs::write(
+        cd.path()
+            .join(".kubelet-client-2030-02-01-00-00-00.pem.tmp-1"),
+        "-----BEGIN CERT",
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(
+        "/nonexistent",
+        cd.path().join("kubelet-client-current.pem.tmp-2"),
+    )
+    .unwrap();
+    let (chain, _) = cd.read_current().unwrap().unwrap();
+    assert_eq!(chain, CHAIN);
+    // And the next install still succeeds.
+    cd.install(CHAIN, &key(), at("2030-02-01T00:00:00Z"))
+        .unwrap();
+    assert!(cd.read_current().unwrap().is_some());
+}
+
+#[test]
+fn read_current_accepts_a_regular_file_and_names_a_bad_one() {
+    let root = tempfile::tempdir().unwrap();
+    let cd = CertDir::open(root.path()).unwrap();
+    fs::write(cd.current_path(), format!("{CHAIN}{FIXED_KEY}")).unwrap();
+    assert!(cd.read_current().unwrap().is_some());
+    fs::write(cd.current_path(), CHAIN).unwrap();
+    let err = cd.read_current().unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "{}: holds no PRIVATE KEY block",
+            cd.current_path().display()
+        )
+    );
+    fs::write(cd.current_path(), FIXED_KEY).unwrap();
+    assert!(matches!(
+        cd.read_current(),
+        Err(FilesError::NoCertificate { .. })
+    ));
+}
+
+#[test]
+fn pending_key_round_trips_at_0600() {
+    let root = tempfile::tempdir().unwrap();
+    let cd = CertDir::open(root.path()).unwrap();
+    assert!(cd.load_pending_key().unwrap().is_none());
+    cd.store_pending_key(&key()).unwrap();
+    assert_eq!(mode(&cd.pending_key_path()), 0o600);
+    assert_eq!(
+        cd.pending_key_path(),
+        cd.path().join("kubelet-client.key.tmp")
+    );
+    assert_eq!(cd.load_pending_key().unwrap().unwrap(), key());
+    cd.remove_pending_key().unwrap();
+    cd.remove_pending_key().unwrap();
+    assert!(cd.load_pending_key().unwrap().is_none());
+}
+
+#[test]
+fn prune_removes_oldest_beyond_keep_but_never_current() {
+    let root = tempfile::tempdir().unwrap();
+    let cd = CertDir::open(root.path()).unwrap();
+    let a = cd
+        .install(CHAIN, &key(), at("2030-01-01T00:00:00Z"))
+        .unwrap();
+    let b = cd
+        .install(CHAIN, &key(), at("2030-01-01T00:00:00Z"))
+        .unwrap(); // -1 suffix
+    let c = cd
+        .install(CHAIN, &key(), at("2030-03-01T00:00:00Z"))
+        .unwrap();
+    let d = cd
+        .install(CHAIN, &key(), at("2030-02-01T00:00:00Z"))
+        .unwrap(); // current, not newest
+    fs::write(cd.path().join("unrelated.pem"), "x").unwrap();
+    assert_eq!(cd.prune(10).unwrap(), Vec::<PathBuf>::new());
+    assert_eq!(cd.prune(2).unwrap(), [a.clone(), b.clone()]);
+    assert!(c.exists() && d.exists());
+    // keep 0 would remove everything, but the current target survives.
+    assert_eq!(cd.prune(0).unwrap(), [c]);
+    assert!(d.exists());
+    assert!(cd.read_current().unwrap().is_some());
+    assert!(cd.path().join("unrelated.pem").exists());
+}
+
+#[test]
+fn timestamp_order_parses_only_timestamped_names() {
+    assert_eq!(
+        timestamp_order("kubelet-client-2030-01-01-00-00-00.pem"),
+        Some(("2030-01-01-00-00-00".into(), 0))
+    );
+    assert_eq!(
+        timestamp_order("kubelet-client-2030-01-01-00-00-00-12.pem"),
+        Some(("2030-01-01-00-00-00".into(), 12))
+    );
+    for bad in [
+        "kubelet-client-current.pem",
+        "kubelet-client.key.tmp",
+        "kubelet-client-2030-01-01-00-00-00.pem.tmp-1",
+        "kubelet-client-2030-01-01-00-00-0x.pem",
+        "kubelet-client-2030-01-01-00-00-00x1.pem",
+    ] {
+        assert_eq!(timestamp_order(bad), None, "{bad}");
+    }
+}

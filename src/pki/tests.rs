@@ -1,0 +1,161 @@
+use super::*;
+use std::io::Write as _;
+use std::process::Command;
+
+/// Generated once with `openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256`;
+/// a test fixture, not a credential.
+pub(crate) const FIXED_KEY: &str = "-----BEGIN PRIVATE KEY-----
+MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgVfaXJ6rfRzLYZWXc
+B83YqHFAZioVxrgd4RXuoYyBOc2hRANCAASXxwOPYSY01HF5ue96FtRkRQsDULk0
+O1bnWPcoboZvfhnKMl3v1rOng242/+m1Tpvvdp3vz6agNim8xo7xP9aI
+-----END PRIVATE KEY-----
+";
+
+/// Computed independently of this code with openssl and a shell pipeline:
+/// `printf '%s|' b64u(SPKI) b64u(CN) b64u(O) b64u(usage)... | openssl dgst -sha512-256 -binary | b64u`.
+const FIXED_NAME: &str = "node-csr-rBqEUO3L9uUgZmh5bRNifckk9aNCJqqAIyU6qFITqQE";
+
+fn fixed_key() -> NodeKey {
+    NodeKey::from_pem(&PrivateKeyPem::new(FIXED_KEY.to_string())).expect("fixture key parses")
+}
+
+fn csr_der(pem: &str) -> Vec<u8> {
+    let block = Pem::iter_from_buffer(pem.as_bytes())
+        .next()
+        .unwrap()
+        .unwrap();
+    assert_eq!(block.label, "CERTIFICATE REQUEST");
+    block.contents
+}
+
+#[test]
+fn csr_name_is_pinned_for_a_fixed_key() {
+    assert_eq!(csr_name(&fixed_key(), "worker-1"), FIXED_NAME);
+}
+
+#[test]
+fn csr_name_is_deterministic_per_key_and_node() {
+    let key = NodeKey::generate().unwrap();
+    let again = NodeKey::from_pem(&key.to_pem()).unwrap();
+    assert_eq!(csr_name(&key, "n1"), csr_name(&again, "n1"));
+    assert_ne!(csr_name(&key, "n1"), csr_name(&key, "n2"));
+    let other = NodeKey::generate().unwrap();
+    assert_ne!(csr_name(&key, "n1"), csr_name(&other, "n1"));
+    let name = csr_name(&key, "n1");
+    assert!(name.starts_with("node-csr-"));
+    // 32-byte digest, unpadded base64url: 43 characters, a valid object name charset.
+    assert_eq!(name.len(), "node-csr-".len() + 43);
+}
+
+#[test]
+fn private_key_debug_is_redacted() {
+    let pem = fixed_key().to_pem();
+    let shown = format!("{pem:?} {:?}", fixed_key());
+    assert!(!shown.contains("MIG"), "{shown}");
+    assert_eq!(format!("{pem:?}"), "PrivateKeyPem(<redacted>)");
+}
+
+#[test]
+fn key_round_trips_and_non_p256_is_refused() {
+    let key = NodeKey::generate().unwrap();
+    let back = NodeKey::from_pem(&key.to_pem()).unwrap();
+    assert_eq!(key.public_key_der(), back.public_key_der());
+    let ed = KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap();
+    let err = NodeKey::from_pem(&PrivateKeyPem::new(ed.serialize_pem())).unwrap_err();
+    assert!(matches!(err, PkiError::UnsupportedKey), "{err}");
+    let err = NodeKey::from_pem(&PrivateKeyPem::new("garbage".into())).unwrap_err();
+    assert!(matches!(err, PkiError::KeyParse(_)), "{err}");
+}
+
+#[test]
+fn csr_has_node_subject_our_key_and_no_extensions() {
+    let key = NodeKey::generate().unwrap();
+    let pem = csr_pem(&key, "worker-1").unwrap();
+    let der = csr_der(&pem);
+    let (_, csr) = X509CertificationRequest::from_der(&der).unwrap();
+    csr.verify_signature().unwrap();
+    let info = &csr.certification_request_info;
+    assert_eq!(
+        info.subject.to_string(),
+        "O=system:nodes, CN=system:node:worker-1"
+    );
+    assert_eq!(info.subject_pki.raw, key.public_key_der().as_slice());
+    assert!(csr.requested_extensions().is_none());
+}
+
+#[test]
+fn csr_matches_only_our_key_and_node() {
+    let key = NodeKey::generate().unwrap();
+    let pem = csr_pem(&key, "worker-1").unwrap();
+    assert!(csr_matches_key(pem.as_bytes(), &key, "worker-1"));
+    assert!(csr_matches_key(&csr_der(&pem), &key, "worker-1"));
+    assert!(!csr_matches_key(pem.as_bytes(), &key, "worker-2"));
+    let other = NodeKey::generate().unwrap();
+    assert!(!csr_matches_key(pem.as_bytes(), &other, "worker-1"));
+    assert!(!csr_matches_key(b"not a csr", &key, "worker-1"));
+    // A flipped bit in the signature breaks the self-signature.
+    let mut der = csr_der(&pem);
+    let last = der.len() - 1;
+    der[last] ^= 1;
+    assert!(!csr_matches_key(&der, &key, "worker-1"));
+}
+
+/// STYLE rule 19: an independent implementation accepts our request.
+#[test]
+fn openssl_verifies_our_csr() {
+    let key = fixed_key();
+    let mut file = tempfile::NamedTempFile::new().unwrap();
+    file.write_all(csr_pem(&key, "worker-1").unwrap().as_bytes())
+        .unwrap();
+    let out = Command::new("openssl")
+        .args(["req", "-verify", "-noout", "-subject", "-in"])
+        .arg(file.path())
+        .output()
+        .expect("openssl runs");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains("verify OK") || text.contains("Certificate request self-signature verify OK"),
+        "{text}"
+    );
+    assert!(
+        text.contains("O = system:nodes, CN = system:node:worker-1"),
+        "{text}"
+    );
+}
+
+#[test]
+fn split_pem_separates_chain_and_key() {
+    let key = fixed_key().to_pem();
+    let chain = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n\
+                 -----BEGIN CERTIFICATE-----\nBBBB\n-----END CERTIFICATE-----\n";
+    let (certs, k) = split_pem(&format!("{chain}{}", key.as_str()));
+    assert_eq!(certs, chain);
+    assert_eq!(k.unwrap(), key);
+    let (certs, k) = split_pem(chain);
+    assert_eq!(certs, chain);
+    assert!(k.is_none());
+    let ec = "-----BEGIN EC PRIVATE KEY-----\nCCCC\n-----END EC PRIVATE KEY-----\n";
+    assert_eq!(split_pem(ec).1.unwrap().as_str(), ec);
+}
+
+#[test]
+fn parse_cert_chain_needs_a_certificate() {
+    assert!(matches!(parse_cert_chain(""), Err(PkiError::NoCertificate)));
+    assert!(matches!(
+        parse_cert_chain(FIXED_KEY),
+        Err(PkiError::NoCertificate)
+    ));
+    let bad = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+    assert!(matches!(
+        parse_cert_chain(bad),
+        Err(PkiError::CertParse { index: 0, .. })
+    ));
+}
+
+#[test]
+fn negative_timestamps_map_before_the_epoch() {
+    assert_eq!(to_system_time(-10), UNIX_EPOCH - Duration::from_secs(10));
+    assert_eq!(to_system_time(10), UNIX_EPOCH + Duration::from_secs(10));
+}
