@@ -4,9 +4,7 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::certificates::v1::{
-    CertificateSigningRequest, CertificateSigningRequestList, CertificateSigningRequestSpec,
-};
+use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, WatchEvent};
 use k8s_openapi::ByteString;
 use tokio::time::Instant;
@@ -190,7 +188,7 @@ async fn watch_until_decided(
             Some(rv) => rv,
             None => {
                 let path = format!("{CSR_PATH}?{selector}");
-                let list: CertificateSigningRequestList =
+                let list: k8s_openapi::List<CertificateSigningRequest> =
                     retrying("listing the CSR", retry, || client.get(&path))
                         .await
                         .map_err(api)?;
