@@ -227,7 +227,9 @@ fn one_line(e: &dyn std::error::Error) -> String {
         cur = s.source();
     }
     let joined = parts.join(": ");
-    joined.lines().next().unwrap_or_default().trim().to_string()
+    let line = joined.lines().next().unwrap_or_default().trim();
+    let line = line.trim_start_matches("failed to parse kubeconfig YAML: ");
+    line.trim_start_matches("error: ").to_string()
 }
 
 /// Resolves the pieces of one kubeconfig file.
