@@ -2,7 +2,6 @@
 //! and rendering/writing the kubelet's own kubeconfig that names the current client cert.
 //! Uses kube_client's `Kubeconfig` model; does not talk to the apiserver.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -150,67 +149,59 @@ pub struct ClusterAccess {
 /// server and CA, and its user's credential. Relative file references resolve against
 /// the kubeconfig's directory. insecure-skip-tls-verify is refused unless `allow_insecure`.
 pub fn read(path: &Path, allow_insecure: bool) -> Result<ClusterAccess, KubeconfigError> {
+    let r = Reader { path };
     let text = std::fs::read_to_string(path).map_err(|source| match source.kind() {
-        std::io::ErrorKind::NotFound => KubeconfigError::Missing { path: path.into() },
+        std::io::ErrorKind::NotFound => KubeconfigError::Missing { path: r.p() },
         _ => KubeconfigError::Read {
-            path: path.into(),
+            path: r.p(),
             source,
         },
     })?;
-    let kc = Kubeconfig::from_yaml(&text).map_err(|e| KubeconfigError::Parse {
-        path: path.into(),
-        detail: one_line(&e),
+    let kc = Kubeconfig::from_yaml(&text).map_err(|e| {
+        let (path, detail) = (r.p(), one_line(&e));
+        KubeconfigError::Parse { path, detail }
     })?;
-    let r = Reader {
-        path,
-        dir: path.parent().unwrap_or(Path::new(".")),
-    };
 
     let context = r.context(&kc)?;
-    let cluster_name = context.cluster.clone();
-    let cluster = kc
-        .clusters
-        .iter()
-        .find(|c| c.name == cluster_name)
-        .and_then(|c| c.cluster.clone())
-        .ok_or_else(|| KubeconfigError::ClusterNotFound {
-            path: path.into(),
-            name: cluster_name.clone(),
-        })?;
-    let server = r.server(&cluster, &cluster_name)?;
+    let name = context.cluster;
+    let found = kc.clusters.iter().find(|c| c.name == name);
+    let Some(cluster) = found.and_then(|c| c.cluster.as_ref()) else {
+        return Err(KubeconfigError::ClusterNotFound { path: r.p(), name });
+    };
+    let server = r.server(cluster, &name)?;
     let insecure = cluster.insecure_skip_tls_verify.unwrap_or(false);
     if insecure && !allow_insecure {
-        return Err(KubeconfigError::InsecureRefused {
-            path: path.into(),
-            cluster: cluster_name,
-        });
+        let (path, cluster) = (r.p(), name);
+        return Err(KubeconfigError::InsecureRefused { path, cluster });
     }
-    let ca_pem = match r.ca(&cluster)? {
-        Some(ca) => ca,
+    let ca = r.pem_source(
+        (
+            "certificate-authority-data",
+            &cluster.certificate_authority_data,
+        ),
+        ("certificate-authority", &cluster.certificate_authority),
+    )?;
+    let ca_pem = match ca {
+        Some((what, pem)) if parse_cert_chain(&String::from_utf8_lossy(&pem)).is_err() => {
+            return Err(KubeconfigError::NoCertificate { path: r.p(), what });
+        }
+        Some((_, pem)) => pem,
         None if insecure => Vec::new(),
         None => {
-            return Err(KubeconfigError::NoCa {
-                path: path.into(),
-                cluster: cluster_name,
-            })
+            let (path, cluster) = (r.p(), name);
+            return Err(KubeconfigError::NoCa { path, cluster });
         }
     };
-    let credential = match &context.user {
+    let credential = match context.user {
         None => Credential::None,
-        Some(user) => {
-            let auth = kc
-                .auth_infos
-                .iter()
-                .find(|a| &a.name == user)
-                .ok_or_else(|| KubeconfigError::UserNotFound {
-                    path: path.into(),
-                    name: user.clone(),
-                })?;
-            r.credential(user, auth.auth_info.as_ref())?
-        }
+        Some(name) => match kc.auth_infos.iter().find(|a| a.name == name) {
+            Some(auth) => r.credential(&name, auth.auth_info.as_ref())?,
+            None => return Err(KubeconfigError::UserNotFound { path: r.p(), name }),
+        },
     };
+    let path = r.p();
     Ok(ClusterAccess {
-        path: path.into(),
+        path,
         server,
         ca_pem,
         credential,
@@ -227,81 +218,58 @@ fn one_line(e: &dyn std::error::Error) -> String {
         cur = s.source();
     }
     let joined = parts.join(": ");
-    joined.lines().next().unwrap_or_default().trim().to_string()
+    let line = joined.lines().next().unwrap_or_default().trim();
+    let line = line.trim_start_matches("failed to parse kubeconfig YAML: ");
+    line.trim_start_matches("error: ").to_string()
 }
 
-/// Resolves the pieces of one kubeconfig file.
+/// Resolves the pieces of one kubeconfig file; every error names `path`.
 struct Reader<'a> {
     path: &'a Path,
-    dir: &'a Path,
 }
 
 // === impl Reader ===
 
 impl Reader<'_> {
+    fn p(&self) -> PathBuf {
+        self.path.to_path_buf()
+    }
+
     fn context(&self, kc: &Kubeconfig) -> Result<Context, KubeconfigError> {
         let named = match kc.current_context.as_deref().filter(|c| !c.is_empty()) {
-            Some(name) => kc.contexts.iter().find(|c| c.name == name).ok_or_else(|| {
-                KubeconfigError::ContextNotFound {
-                    path: self.path.into(),
-                    name: name.to_string(),
-                }
-            })?,
+            Some(name) => kc.contexts.iter().find(|c| c.name == name),
             None => match kc.contexts.as_slice() {
-                [only] => only,
+                [only] => Some(only),
                 all => {
-                    return Err(KubeconfigError::NoCurrentContext {
-                        path: self.path.into(),
-                        count: all.len(),
-                    })
+                    let (path, count) = (self.p(), all.len());
+                    return Err(KubeconfigError::NoCurrentContext { path, count });
                 }
             },
         };
-        named
-            .context
-            .clone()
-            .ok_or_else(|| KubeconfigError::ContextNotFound {
-                path: self.path.into(),
-                name: named.name.clone(),
-            })
+        match named.map(|n| (n, n.context.clone())) {
+            Some((_, Some(context))) => Ok(context),
+            Some((n, None)) => Err(self.context_not_found(&n.name)),
+            None => Err(self.context_not_found(kc.current_context.as_deref().unwrap_or(""))),
+        }
+    }
+
+    fn context_not_found(&self, name: &str) -> KubeconfigError {
+        let (path, name) = (self.p(), name.to_string());
+        KubeconfigError::ContextNotFound { path, name }
     }
 
     fn server(&self, cluster: &Cluster, name: &str) -> Result<String, KubeconfigError> {
-        let server = cluster.server.clone().filter(|s| !s.is_empty());
-        let server = server.ok_or_else(|| KubeconfigError::NoServer {
-            path: self.path.into(),
-            cluster: name.to_string(),
-        })?;
-        if !server.starts_with("https://") {
-            return Err(KubeconfigError::NotHttps {
-                path: self.path.into(),
-                server,
-            });
+        let (path, cluster_name) = (self.p(), name.to_string());
+        match cluster.server.clone().filter(|s| !s.is_empty()) {
+            None => Err(KubeconfigError::NoServer {
+                path,
+                cluster: cluster_name,
+            }),
+            Some(server) if !server.starts_with("https://") => {
+                Err(KubeconfigError::NotHttps { path, server })
+            }
+            Some(server) => Ok(server),
         }
-        Ok(server)
-    }
-
-    fn ca(&self, cluster: &Cluster) -> Result<Option<Vec<u8>>, KubeconfigError> {
-        let (what, pem) = if let Some(data) = non_empty(&cluster.certificate_authority_data) {
-            let field = "certificate-authority-data";
-            (field.to_string(), self.decode(field, data)?)
-        } else if let Some(file) = non_empty(&cluster.certificate_authority) {
-            let file = self.resolve(file);
-            let pem = self.read_file("certificate-authority", &file)?;
-            (
-                format!("certificate-authority file {}", file.display()),
-                pem,
-            )
-        } else {
-            return Ok(None);
-        };
-        if parse_cert_chain(&String::from_utf8_lossy(&pem)).is_err() {
-            return Err(KubeconfigError::NoCertificate {
-                path: self.path.into(),
-                what,
-            });
-        }
-        Ok(Some(pem))
     }
 
     fn credential(
@@ -312,6 +280,7 @@ impl Reader<'_> {
         let Some(auth) = auth else {
             return Ok(Credential::None);
         };
+        let user = user.to_string();
         let token = match (&auth.token, non_empty(&auth.token_file)) {
             (Some(token), _) => Some(token.expose_secret().to_string()),
             (None, Some(file)) => {
@@ -324,8 +293,8 @@ impl Reader<'_> {
             let token = BootstrapToken::new(&token);
             if token.0.is_empty() {
                 return Err(KubeconfigError::EmptyToken {
-                    path: self.path.into(),
-                    user: user.to_string(),
+                    path: self.p(),
+                    user,
                 });
             }
             return Ok(Credential::Token(token));
@@ -334,106 +303,92 @@ impl Reader<'_> {
         let key_data = auth
             .client_key_data
             .as_ref()
-            .map(|k| k.expose_secret().to_string())
-            .filter(|k| !k.is_empty());
-        let cert_data = non_empty(&auth.client_certificate_data);
-        let cert_file = non_empty(&auth.client_certificate);
-        let key_file = non_empty(&auth.client_key);
-        let incomplete = |present, missing| KubeconfigError::IncompleteClientCert {
-            path: self.path.into(),
-            user: user.to_string(),
-            present,
-            missing,
+            .map(|k| k.expose_secret().to_string());
+        let cert = ("client-certificate-data", &auth.client_certificate_data);
+        let cert_file = ("client-certificate", &auth.client_certificate);
+        let key = ("client-key-data", &key_data);
+        let key_file = ("client-key", &auth.client_key);
+        let has = |(_, data): (_, &Option<String>), (_, file): (_, &Option<String>)| {
+            non_empty(data).is_some() || non_empty(file).is_some()
         };
-        let has_cert = cert_data.is_some() || cert_file.is_some();
-        let has_key = key_data.is_some() || key_file.is_some();
-        match (has_cert, has_key) {
+        let path = self.p();
+        let incomplete = match (has(cert, cert_file), has(key, key_file)) {
             (false, false) => return Ok(Credential::None),
-            (true, false) => return Err(incomplete("client-certificate", "client-key")),
-            (false, true) => return Err(incomplete("client-key", "client-certificate")),
-            (true, true) => {}
+            (true, true) => None,
+            (true, false) => Some(("client-certificate", "client-key")),
+            (false, true) => Some(("client-key", "client-certificate")),
+        };
+        if let Some((present, missing)) = incomplete {
+            return Err(KubeconfigError::IncompleteClientCert {
+                path,
+                user,
+                present,
+                missing,
+            });
         }
-        let cert = self.pem_source(
-            "client-certificate",
-            "client-certificate-data",
-            cert_data,
-            cert_file,
-        )?;
-        let key = self.pem_source(
-            "client-key",
-            "client-key-data",
-            key_data.as_deref(),
-            key_file,
-        )?;
-        match (cert, key) {
-            (Some((cert_what, cert)), Some((key_what, key))) => {
-                let (chain_pem, _) = split_pem(&String::from_utf8_lossy(&cert));
-                if chain_pem.is_empty() {
-                    return Err(KubeconfigError::NoCertificate {
-                        path: self.path.into(),
-                        what: cert_what,
-                    });
-                }
-                let (_, key) = split_pem(&String::from_utf8_lossy(&key));
-                let key = key.ok_or_else(|| KubeconfigError::NoPrivateKey {
-                    path: self.path.into(),
-                    what: key_what,
-                })?;
-                Ok(Credential::ClientCert { chain_pem, key })
-            }
-            // Both presences were checked above.
-            _ => Ok(Credential::None),
+        let (Some((cert_what, cert)), Some((key_what, key))) = (
+            self.pem_source(cert, cert_file)?,
+            self.pem_source(key, key_file)?,
+        ) else {
+            return Ok(Credential::None); // unreachable: both were present above
+        };
+        let (chain_pem, _) = split_pem(&String::from_utf8_lossy(&cert));
+        if chain_pem.is_empty() {
+            return Err(KubeconfigError::NoCertificate {
+                path,
+                what: cert_what,
+            });
+        }
+        match split_pem(&String::from_utf8_lossy(&key)) {
+            (_, Some(key)) => Ok(Credential::ClientCert { chain_pem, key }),
+            (_, None) => Err(KubeconfigError::NoPrivateKey {
+                path,
+                what: key_what,
+            }),
         }
     }
 
     /// `FIELD-data` (base64) wins over the file `FIELD`; returns what was read and the bytes.
     fn pem_source(
         &self,
-        field: &'static str,
-        data_field: &'static str,
-        data: Option<&str>,
-        file: Option<&str>,
+        (data_field, data): (&'static str, &Option<String>),
+        (file_field, file): (&'static str, &Option<String>),
     ) -> Result<Option<(String, Vec<u8>)>, KubeconfigError> {
-        if let Some(data) = data {
-            return Ok(Some((
-                data_field.to_string(),
-                self.decode(data_field, data)?,
-            )));
+        if let Some(data) = non_empty(data) {
+            let data: String = data.split_whitespace().collect();
+            let bytes = STANDARD.decode(data).map_err(|_| {
+                let (path, field) = (self.p(), data_field);
+                KubeconfigError::BadBase64 { path, field }
+            })?;
+            return Ok(Some((data_field.to_string(), bytes)));
         }
-        let Some(file) = file else {
+        let Some(file) = non_empty(file) else {
             return Ok(None);
         };
         let file = self.resolve(file);
-        let pem = self.read_file(field, &file)?;
-        Ok(Some((format!("{field} file {}", file.display()), pem)))
+        let bytes = self.read_file(file_field, &file)?;
+        Ok(Some((
+            format!("{file_field} file {}", file.display()),
+            bytes,
+        )))
     }
 
+    /// A referenced file; a relative path resolves against the kubeconfig's directory.
     fn resolve(&self, file: &str) -> PathBuf {
-        let file = Path::new(file);
-        if file.is_absolute() {
-            file.to_path_buf()
-        } else {
-            self.dir.join(file)
-        }
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        dir.join(file) // join keeps an absolute `file` as is
     }
 
     fn read_file(&self, field: &'static str, file: &Path) -> Result<Vec<u8>, KubeconfigError> {
-        std::fs::read(file).map_err(|source| KubeconfigError::ReadReferenced {
-            path: self.path.into(),
-            field,
-            file: file.to_path_buf(),
-            source,
-        })
-    }
-
-    fn decode(&self, field: &'static str, data: &str) -> Result<Vec<u8>, KubeconfigError> {
-        let data: String = data.split_whitespace().collect();
-        STANDARD
-            .decode(data)
-            .map_err(|_| KubeconfigError::BadBase64 {
-                path: self.path.into(),
+        std::fs::read(file).map_err(|source| {
+            let (path, file) = (self.p(), file.to_path_buf());
+            KubeconfigError::ReadReferenced {
+                path,
                 field,
-            })
+                file,
+                source,
+            }
+        })
     }
 }
 
@@ -468,7 +423,7 @@ pub fn render_kubelet(
                 certificate_authority_data: Some(STANDARD.encode(ca_pem)),
                 ..Cluster::default()
             }),
-            other: BTreeMap::new(),
+            ..Default::default()
         }],
         auth_infos: vec![NamedAuthInfo {
             name: KUBELET_USER.into(),
@@ -477,7 +432,7 @@ pub fn render_kubelet(
                 client_key: Some(cert),
                 ..AuthInfo::default()
             }),
-            other: BTreeMap::new(),
+            ..Default::default()
         }],
         contexts: vec![NamedContext {
             name: KUBELET_CONTEXT.into(),
@@ -487,7 +442,7 @@ pub fn render_kubelet(
                 namespace: Some("default".into()),
                 ..Context::default()
             }),
-            other: BTreeMap::new(),
+            ..Default::default()
         }],
         current_context: Some(KUBELET_CONTEXT.into()),
         ..Kubeconfig::default()

@@ -271,3 +271,41 @@ fn each_error_names_the_file_and_the_problem_in_one_line() {
     );
     assert_eq!(one(&no_user), format!("{kc}: user \"ghost\" not found"));
 }
+
+/// STYLE rule 19: kubectl reads the kubeconfig we write the same way we do.
+#[test]
+fn kubectl_reads_the_written_kubelet_kubeconfig() {
+    let f = Fixture::new();
+    let kc = f.path("kubelet.conf");
+    let cert = f.path("pki/kubelet-client-current.pem");
+    write_kubelet(&kc, "https://10.0.0.1:6443", f.ca.as_bytes(), &cert).unwrap();
+    let jsonpath = "{.current-context} {.clusters[0].cluster.server} \
+                    {.users[0].user.client-certificate} {.users[0].user.client-key} \
+                    {.clusters[0].cluster.certificate-authority-data}";
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kc)
+        .args(["config", "view", "--raw", "--minify", "-o"])
+        .arg(format!("jsonpath={jsonpath}"))
+        .output()
+        .expect("kubectl runs");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    let cert = cert.display().to_string();
+    let ca = f.ca_data();
+    assert_eq!(
+        fields,
+        [
+            "default-context",
+            "https://10.0.0.1:6443",
+            &cert,
+            &cert,
+            &ca
+        ]
+    );
+}

@@ -228,6 +228,7 @@ impl CertDir {
         )?;
         let written = file
             .write_all(body.as_bytes())
+            .and_then(|()| file.set_permissions(fs::Permissions::from_mode(FILE_MODE)))
             .and_then(|()| file.sync_all())
             .map_err(|source| FilesError::Write {
                 path: tmp.clone(),

@@ -93,9 +93,17 @@ impl NodeKey {
             .map_err(PkiError::KeyGeneration)
     }
 
-    /// Parses a PKCS#8 `PRIVATE KEY` PEM; refuses keys other than ECDSA P-256.
+    /// Parses a PKCS#8 `PRIVATE KEY` PEM, or the SEC1 `EC PRIVATE KEY` the kubelet writes
+    /// into its kubelet-client-*.pem; refuses keys other than ECDSA P-256.
     pub fn from_pem(pem: &PrivateKeyPem) -> Result<Self, PkiError> {
-        let kp = KeyPair::from_pem(pem.as_str()).map_err(PkiError::KeyParse)?;
+        let sec1 = Pem::iter_from_buffer(pem.as_str().as_bytes())
+            .filter_map(Result::ok)
+            .find(|p| p.label == "EC PRIVATE KEY");
+        let kp = match sec1 {
+            Some(block) => KeyPair::try_from(sec1_p256_to_pkcs8(&block.contents)),
+            None => KeyPair::from_pem(pem.as_str()),
+        };
+        let kp = kp.map_err(PkiError::KeyParse)?;
         if kp.algorithm() != &rcgen::PKCS_ECDSA_P256_SHA256 {
             return Err(PkiError::UnsupportedKey);
         }
@@ -117,6 +125,30 @@ impl fmt::Debug for NodeKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("NodeKey(ECDSA P-256, <redacted>)")
     }
+}
+
+/// Wraps a SEC1 ECPrivateKey (RFC 5915) in a PKCS#8 PrivateKeyInfo for P-256, which is
+/// all `ring` parses. A key for another curve then fails to parse, as it should.
+fn sec1_p256_to_pkcs8(sec1: &[u8]) -> Vec<u8> {
+    fn tlv(tag: u8, body: &[u8]) -> Vec<u8> {
+        let mut out = vec![tag];
+        match body.len() {
+            n @ 0..=0x7f => out.push(n as u8),
+            n @ 0x80..=0xff => out.extend([0x81, n as u8]),
+            n => out.extend([0x82, (n >> 8) as u8, n as u8]),
+        }
+        out.extend_from_slice(body);
+        out
+    }
+    // SEQUENCE { OID id-ecPublicKey, OID prime256v1 }
+    const ALG_ID: [u8; 21] = [
+        0x30, 0x13, 0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01, 0x06, 0x08, 0x2a, 0x86,
+        0x48, 0xce, 0x3d, 0x03, 0x01, 0x07,
+    ];
+    let mut body = vec![0x02, 0x01, 0x00]; // version 0
+    body.extend_from_slice(&ALG_ID);
+    body.extend(tlv(0x04, sec1));
+    tlv(0x30, &body)
 }
 
 /// `(CN, O)` of the node identity: `("system:node:NODE", "system:nodes")`.

@@ -47,6 +47,23 @@ fn csr_name_is_deterministic_per_key_and_node() {
     assert_eq!(name.len(), "node-csr-".len() + 43);
 }
 
+/// `openssl ec -in FIXED_KEY`: the same key in the SEC1 form the kubelet writes.
+const FIXED_KEY_SEC1: &str = "-----BEGIN EC PRIVATE KEY-----
+MHcCAQEEIFX2lyeq30cy2GVl3AfN2KhxQGYqFca4HeEV7qGMgTnNoAoGCCqGSM49
+AwEHoUQDQgAEl8cDj2EmNNRxebnvehbUZEULA1C5NDtW51j3KG6Gb34ZyjJd79az
+p4NuNv/ptU6b73ad78+moDYpvMaO8T/WiA==
+-----END EC PRIVATE KEY-----
+";
+
+#[test]
+fn sec1_keys_from_the_kubelet_parse_to_the_same_key() {
+    let sec1 = NodeKey::from_pem(&PrivateKeyPem::new(FIXED_KEY_SEC1.into())).unwrap();
+    assert_eq!(sec1.public_key_der(), fixed_key().public_key_der());
+    assert_eq!(csr_name(&sec1, "worker-1"), FIXED_NAME);
+    let broken = FIXED_KEY_SEC1.replace("MHcCAQEE", "MHcCAQIE");
+    assert!(NodeKey::from_pem(&PrivateKeyPem::new(broken)).is_err());
+}
+
 #[test]
 fn private_key_debug_is_redacted() {
     let pem = fixed_key().to_pem();

@@ -146,6 +146,8 @@ fn signed_by(cert: &X509Certificate<'_>, issuer: &X509Certificate<'_>) -> bool {
 /// Formats a `SystemTime` as RFC 3339 UTC for error messages.
 struct Rfc3339(SystemTime);
 
+// === impl Rfc3339 ===
+
 impl fmt::Display for Rfc3339 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match jiff::Timestamp::try_from(self.0) {
