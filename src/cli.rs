@@ -117,7 +117,7 @@ pub struct Flags {
         "Log line format on stderr", "text"))]
     pub log_format: Option<LogFormat>,
 
-    /// More log detail: -v debug, -vv trace (RUST_LOG overrides) [default: info]
+    /// More log detail: -v debug, -vv trace, -vvv trace for dependencies too (RUST_LOG overrides) [default: info]
     #[arg(short = 'v', long = "verbose", action = ArgAction::Count)]
     pub verbose: u8,
 

@@ -17,6 +17,16 @@ impl Settings {
         file: Option<(&Path, &FileConfig)>,
         flags: &Flags,
     ) -> Result<Settings, ConfigError> {
+        let (settings, at) = Settings::layer(file, flags)?;
+        settings.validate(&at)?;
+        Ok(settings)
+    }
+
+    /// Merges without range checks; the [`Layers`] say where each key's value came from.
+    pub(super) fn layer<'a>(
+        file: Option<(&'a Path, &FileConfig)>,
+        flags: &Flags,
+    ) -> Result<(Settings, Layers<'a>), ConfigError> {
         let mut at = Layers {
             file: file.map(|(p, _)| p),
             origins: BTreeMap::new(),
@@ -120,8 +130,7 @@ impl Settings {
                 DEFAULT_VERBOSITY,
             ),
         };
-        s.validate(&at)?;
-        Ok(s)
+        Ok((s, at))
     }
 
     /// The cross-field and range checks, once, after layering.
@@ -232,9 +241,9 @@ fn check_probe_url(s: &str) -> Result<(), String> {
 }
 
 /// Where each key's value came from: the flag, the file, or the default.
-struct Layers<'a> {
+pub(super) struct Layers<'a> {
     file: Option<&'a Path>,
-    origins: BTreeMap<&'static str, Origin>,
+    pub(super) origins: BTreeMap<&'static str, Origin>,
 }
 
 // === impl Layers ===

@@ -129,6 +129,17 @@ fn example_file_documents_every_key() {
 }
 
 #[test]
+fn layering_covers_every_key_by_its_serde_name() {
+    let f = Flags {
+        node_name: Some("n1".into()),
+        ..Flags::default()
+    };
+    let (_, layers) = Settings::layer(None, &f).unwrap();
+    let picked: Vec<String> = layers.origins.keys().map(|k| k.to_string()).collect();
+    assert_eq!(picked, all_keys());
+}
+
+#[test]
 fn help_mentions_every_key_flag() {
     let mut cmd = cli::command();
     let help = cmd.render_long_help().to_string();
