@@ -36,8 +36,8 @@ pub enum OutputFormat {
 /// `verbose` counts `-v`; 0 means "not given".
 #[derive(Debug, Clone, Default, PartialEq, Args)]
 pub struct Flags {
-    /// YAML config file; every flag below except -v has a camelCase key there.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help = dflt(
+        "YAML config file; every flag below except -v has a camelCase key there", "none"))]
     pub config: Option<PathBuf>,
 
     #[arg(long, value_name = "FILE", help = dflt(

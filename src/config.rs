@@ -9,12 +9,13 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::backoff::Backoff;
+use crate::cli::Flags;
+use crate::telemetry::LogFormat;
+
 pub use duration::{format_duration, parse_duration, DurationError};
 
 mod duration;
 mod layers;
-use crate::cli::Flags;
-use crate::telemetry::LogFormat;
 
 /// The kubeadm/kubelet path, so `kubeadm join` output works unchanged.
 pub const DEFAULT_BOOTSTRAP_KUBECONFIG: &str = "/etc/kubernetes/bootstrap-kubelet.conf";
@@ -147,9 +148,13 @@ pub enum ConfigError {
 
 /// Where a setting came from, for error messages.
 #[derive(Debug, Clone, PartialEq)]
+/// `key` is the file key (camelCase); a flag is named by [`flag_for_key`].
 pub enum Origin {
+    /// Nothing set it: the `DEFAULT_*` const (or, for `nodeName`, the host name).
     Default { key: &'static str },
+    /// The config file at `path`.
     File { path: PathBuf, key: &'static str },
+    /// A command-line flag.
     Flag { key: &'static str },
 }
 

@@ -149,7 +149,7 @@ fn every_visible_flag_has_help_with_a_default() {
     let cmd = command();
     for arg in cmd.get_arguments().filter(|a| !a.is_hide_set()) {
         let id = arg.get_id().as_str();
-        if matches!(id, "help" | "version" | "config") {
+        if matches!(id, "help" | "version") {
             continue;
         }
         let help = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
