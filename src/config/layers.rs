@@ -184,11 +184,11 @@ impl Settings {
                 return fail(key, "must be greater than 0".into());
             }
         }
-        if s.lease_duration.subsec_nanos() != 0 {
+        if s.lease_duration.subsec_nanos() != 0 || s.lease_duration.as_secs() > i32::MAX as u64 {
             return fail(
                 "leaseDuration",
                 format!(
-                    "must be whole seconds (it becomes spec.leaseDurationSeconds), got {}",
+                    "must be whole seconds that fit spec.leaseDurationSeconds (int32), got {}",
                     format_duration(s.lease_duration)
                 ),
             );

@@ -322,6 +322,7 @@ fn lease_duration_must_outlast_the_interval() {
         "{e}"
     );
     assert!(err(None, &["--lease-duration=40.5s"]).contains("whole seconds"));
+    assert!(err(None, &["--lease-duration=1000000h"]).contains("int32"));
     assert!(settings(None, &["--lease-duration=11s"]).is_ok());
 }
 
