@@ -1,1 +1,207 @@
-//! cli (being written)
+//! The command line: `bootlet [run] [flags]`, `bootlet doctor [flags] [--output text|json]`,
+//! `bootlet version`. Only parses; defaults, the config file and validation live in config.rs.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{builder::BoolishValueParser, ArgAction, Args, Parser, Subcommand, ValueEnum};
+
+use crate::config::{self, format_duration, parse_duration};
+use crate::telemetry::LogFormat;
+
+/// What to do, with the flags given for it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Command {
+    /// The daemon (also `bootlet` with no subcommand).
+    Run(Flags),
+    /// Walk the join chain and name the root cause.
+    Doctor { flags: Flags, output: OutputFormat },
+    /// Print the version.
+    Version,
+}
+
+/// doctor's report format.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// One line per check, a remediation command under each failure.
+    #[default]
+    Text,
+    /// One JSON object `{ok, rootCause, checks}`.
+    Json,
+}
+
+/// Flags shared by `run` and `doctor`. Every field is `None` unless given (no clap
+/// defaults): config.rs layers them over the config file and the `DEFAULT_*` consts.
+/// `verbose` counts `-v`; 0 means "not given".
+#[derive(Debug, Clone, Default, PartialEq, Args)]
+pub struct Flags {
+    #[arg(long, value_name = "FILE", help = dflt(
+        "YAML config file; every flag below except -v has a camelCase key there", "none"))]
+    pub config: Option<PathBuf>,
+
+    #[arg(long, value_name = "FILE", help = dflt(
+        "Bootstrap kubeconfig (token + CA + server), used when no valid client cert exists",
+        config::DEFAULT_BOOTSTRAP_KUBECONFIG))]
+    pub bootstrap_kubeconfig: Option<PathBuf>,
+
+    #[arg(long, value_name = "FILE", help = dflt(
+        "Kubeconfig written by bootlet, pointing at the current client certificate",
+        config::DEFAULT_KUBECONFIG))]
+    pub kubeconfig: Option<PathBuf>,
+
+    #[arg(long, value_name = "DIR", help = dflt(
+        "Directory holding the client key and certificates", config::DEFAULT_CERT_DIR))]
+    pub cert_dir: Option<PathBuf>,
+
+    #[arg(long, value_name = "NAME", help = dflt(
+        "Node name (CN system:node:NAME, O system:nodes)", "the host name, lower-cased"))]
+    pub node_name: Option<String>,
+
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true",
+        action = ArgAction::Set, value_parser = BoolishValueParser::new(), help = dflt(
+        "Rotate the client certificate before it expires", config::DEFAULT_ROTATE_CERTIFICATES))]
+    pub rotate_certificates: Option<bool>,
+
+    #[arg(long, value_name = "F", help = dflt(
+        "Rotate at this fraction of the certificate's lifetime", config::DEFAULT_ROTATION_FRACTION))]
+    pub rotation_fraction: Option<f64>,
+
+    #[arg(long, value_name = "F", help = dflt(
+        "Rotation deadline spread: drawn uniformly in [F-j, F+j] of the lifetime",
+        config::DEFAULT_ROTATION_JITTER))]
+    pub rotation_jitter: Option<f64>,
+
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true",
+        action = ArgAction::Set, value_parser = BoolishValueParser::new(), help = dflt(
+        "Keep the node Lease alive (false when the kubelet renews it itself)",
+        config::DEFAULT_RENEW_LEASE))]
+    pub renew_lease: Option<bool>,
+
+    #[arg(long, value_name = "URL", help = dflt(
+        "Renew the Lease only while this local URL answers 2xx (e.g. http://127.0.0.1:10248/healthz)",
+        "none"))]
+    pub lease_health_probe: Option<String>,
+
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, help = dflt(
+        "Lease renewal period", format_duration(config::DEFAULT_LEASE_RENEW_INTERVAL)))]
+    pub lease_renew_interval: Option<Duration>,
+
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, help = dflt(
+        "spec.leaseDurationSeconds written into the Lease",
+        format_duration(config::DEFAULT_LEASE_DURATION)))]
+    pub lease_duration: Option<Duration>,
+
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, help = dflt(
+        "How long one CSR may stay unapproved before bootlet gives up on it",
+        format_duration(config::DEFAULT_CSR_TIMEOUT)))]
+    pub csr_timeout: Option<Duration>,
+
+    #[arg(long, value_name = "ADDR", help = dflt(
+        "Address for /metrics, /healthz, /readyz; `off` disables",
+        config::DEFAULT_METRICS_BIND_ADDRESS))]
+    pub metrics_bind_address: Option<String>,
+
+    #[arg(long, value_name = "N", help = dflt(
+        "Timestamped certificate files kept in the cert dir; older ones are pruned",
+        config::DEFAULT_KEEP_CERTIFICATES))]
+    pub keep_certificates: Option<usize>,
+
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true",
+        action = ArgAction::Set, value_parser = BoolishValueParser::new(), help = dflt(
+        "Accept insecure-skip-tls-verify in the bootstrap kubeconfig",
+        config::DEFAULT_ALLOW_INSECURE_KUBECONFIG))]
+    pub allow_insecure_kubeconfig: Option<bool>,
+
+    #[arg(long, value_name = "FORMAT", value_enum, help = dflt(
+        "Log line format on stderr", "text"))]
+    pub log_format: Option<LogFormat>,
+
+    /// More log detail: -v debug, -vv trace, -vvv trace for dependencies too (RUST_LOG overrides) [default: info]
+    #[arg(short = 'v', long = "verbose", action = ArgAction::Count)]
+    pub verbose: u8,
+
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, hide = true, help = dflt(
+        "First wait after a denied or failed CSR", format_duration(config::DEFAULT_CSR_BACKOFF_MIN)))]
+    pub csr_backoff_min: Option<Duration>,
+
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, hide = true, help = dflt(
+        "Longest wait between CSRs", format_duration(config::DEFAULT_CSR_BACKOFF_MAX)))]
+    pub csr_backoff_max: Option<Duration>,
+
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, hide = true, help = dflt(
+        "Warn when an approved CSR has no certificate after this long",
+        format_duration(config::DEFAULT_CSR_NOT_ISSUED_WARNING)))]
+    pub csr_not_issued_warning: Option<Duration>,
+
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, hide = true, help = dflt(
+        "How often to look for the Node to own the Lease",
+        format_duration(config::DEFAULT_LEASE_OWNER_LOOKUP_INTERVAL)))]
+    pub lease_owner_lookup_interval: Option<Duration>,
+
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, hide = true, help = dflt(
+        "Grace period for in-flight work after SIGTERM",
+        format_duration(config::DEFAULT_SHUTDOWN_GRACE)))]
+    pub shutdown_grace: Option<Duration>,
+}
+
+/// Parses `args` (including the program name). `Err` carries clap's message, and for
+/// `--help`/`--version` the text to print: use `Error::exit()` or `Error::print()`.
+pub fn parse_from<I, T>(args: I) -> Result<Command, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = Cli::try_parse_from(args)?;
+    Ok(match cli.command {
+        None => Command::Run(cli.flags),
+        Some(Sub::Run(flags)) => Command::Run(flags),
+        Some(Sub::Doctor { flags, output }) => Command::Doctor {
+            flags,
+            output: output.unwrap_or_default(),
+        },
+        Some(Sub::Version) => Command::Version,
+    })
+}
+
+/// The clap command, for help snapshots and completion generation.
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
+fn dflt(help: &str, default: impl std::fmt::Display) -> String {
+    format!("{help} [default: {default}]")
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "bootlet",
+    version,
+    about = "Node identity agent: TLS bootstrap, client-certificate rotation and node Lease heartbeat",
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Sub>,
+    #[command(flatten)]
+    flags: Flags,
+}
+
+#[derive(Debug, Subcommand)]
+enum Sub {
+    /// Run the daemon (the default)
+    Run(Flags),
+    /// Walk the join chain in order and name the root cause of a failure
+    Doctor {
+        #[command(flatten)]
+        flags: Flags,
+        /// Report format [default: text]
+        #[arg(long, value_enum, value_name = "FORMAT")]
+        output: Option<OutputFormat>,
+    },
+    /// Print the version
+    Version,
+}
+
+#[cfg(test)]
+mod tests;

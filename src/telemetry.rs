@@ -97,17 +97,17 @@ pub fn journald_stream_matches(env: Option<&str>, dev: u64, ino: u64) -> bool {
 
 /// Whether our stderr is the stream systemd connected to journald.
 pub fn stderr_is_journal() -> bool {
-    let env = std::env::var("JOURNAL_STREAM").ok();
-    if env.is_none() {
-        return false;
-    }
-    let Ok(fd) = std::io::stderr().as_fd().try_clone_to_owned() else {
+    let Ok(env) = std::env::var("JOURNAL_STREAM") else {
         return false;
     };
-    match std::fs::File::from(fd).metadata() {
-        Ok(meta) => journald_stream_matches(env.as_deref(), meta.dev(), meta.ino()),
-        Err(_) => false,
-    }
+    stderr_identity().is_some_and(|(dev, ino)| journald_stream_matches(Some(&env), dev, ino))
+}
+
+/// The (device, inode) of fd 2, through a duplicated descriptor (no unsafe).
+fn stderr_identity() -> Option<(u64, u64)> {
+    let fd = std::io::stderr().as_fd().try_clone_to_owned().ok()?;
+    let meta = std::fs::File::from(fd).metadata().ok()?;
+    Some((meta.dev(), meta.ino()))
 }
 
 /// Builds a journald-format subscriber writing to `writer`; used by tests and tools that
@@ -215,6 +215,16 @@ mod tests {
                 "{garbage:?}"
             );
         }
+    }
+
+    #[test]
+    fn stderr_identity_matches_its_own_journal_stream() {
+        let (dev, ino) = stderr_identity().expect("fd 2 is open under cargo test");
+        assert!(journald_stream_matches(
+            Some(&format!("{dev}:{ino}")),
+            dev,
+            ino
+        ));
     }
 
     #[test]

@@ -1,0 +1,314 @@
+//! The layering itself: consts <- file <- flags into [`Settings`], remembering where each
+//! value came from so that validation errors name the flag or the file and key.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::*;
+
+// === impl Settings ===
+
+impl Settings {
+    /// [`Settings::load`] with the file already parsed: `path` names it in errors and
+    /// anchors its relative paths. Flag paths are relative to the working directory.
+    pub fn from_parts(
+        file: Option<(&Path, &FileConfig)>,
+        flags: &Flags,
+    ) -> Result<Settings, ConfigError> {
+        let (settings, at) = Settings::layer(file, flags)?;
+        settings.validate(&at)?;
+        Ok(settings)
+    }
+
+    /// Merges without range checks; the [`Layers`] say where each key's value came from.
+    pub(super) fn layer<'a>(
+        file: Option<(&'a Path, &FileConfig)>,
+        flags: &Flags,
+    ) -> Result<(Settings, Layers<'a>), ConfigError> {
+        let mut at = Layers {
+            file: file.map(|(p, _)| p),
+            origins: BTreeMap::new(),
+        };
+        let f = file.map(|(_, f)| f.clone()).unwrap_or_default();
+        let fl = flags;
+        // Picks flag, else file, else default, and records where the value came from.
+        macro_rules! take {
+            ($key:literal, $field:ident, $default:expr) => {
+                at.pick($key, fl.$field.clone(), f.$field.clone(), $default)
+            };
+        }
+        macro_rules! duration {
+            ($key:literal, $field:ident, $default:expr) => {
+                at.duration($key, fl.$field, f.$field.as_deref(), $default)?
+            };
+        }
+        macro_rules! path {
+            ($key:literal, $field:ident, $default:expr) => {{
+                let p = take!($key, $field, PathBuf::from($default));
+                at.absolute($key, p)?
+            }};
+        }
+        let node_name = take!("nodeName", node_name, String::new());
+        let node_name = match at.of("nodeName") {
+            Origin::Default { .. } => {
+                hostname().map_err(|source| ConfigError::Hostname { source })?
+            }
+            _ => node_name.to_lowercase(),
+        };
+        let metrics = take!(
+            "metricsBindAddress",
+            metrics_bind_address,
+            DEFAULT_METRICS_BIND_ADDRESS.into()
+        );
+        let s = Settings {
+            bootstrap_kubeconfig: path!(
+                "bootstrapKubeconfig",
+                bootstrap_kubeconfig,
+                DEFAULT_BOOTSTRAP_KUBECONFIG
+            ),
+            kubeconfig: path!("kubeconfig", kubeconfig, DEFAULT_KUBECONFIG),
+            cert_dir: path!("certDir", cert_dir, DEFAULT_CERT_DIR),
+            node_name,
+            rotate_certificates: take!(
+                "rotateCertificates",
+                rotate_certificates,
+                DEFAULT_ROTATE_CERTIFICATES
+            ),
+            rotation_fraction: take!(
+                "rotationFraction",
+                rotation_fraction,
+                DEFAULT_ROTATION_FRACTION
+            ),
+            rotation_jitter: take!("rotationJitter", rotation_jitter, DEFAULT_ROTATION_JITTER),
+            renew_lease: take!("renewLease", renew_lease, DEFAULT_RENEW_LEASE),
+            lease_health_probe: at.pick(
+                "leaseHealthProbe",
+                fl.lease_health_probe.clone().map(Some),
+                f.lease_health_probe.clone().map(Some),
+                None,
+            ),
+            lease_renew_interval: duration!(
+                "leaseRenewInterval",
+                lease_renew_interval,
+                DEFAULT_LEASE_RENEW_INTERVAL
+            ),
+            lease_duration: duration!("leaseDuration", lease_duration, DEFAULT_LEASE_DURATION),
+            csr_timeout: duration!("csrTimeout", csr_timeout, DEFAULT_CSR_TIMEOUT),
+            metrics_bind_address: parse_metrics_address(&metrics)
+                .map_err(|problem| at.bad("metricsBindAddress", problem))?,
+            keep_certificates: take!(
+                "keepCertificates",
+                keep_certificates,
+                DEFAULT_KEEP_CERTIFICATES
+            ),
+            allow_insecure_kubeconfig: take!(
+                "allowInsecureKubeconfig",
+                allow_insecure_kubeconfig,
+                DEFAULT_ALLOW_INSECURE_KUBECONFIG
+            ),
+            csr_backoff_min: duration!("csrBackoffMin", csr_backoff_min, DEFAULT_CSR_BACKOFF_MIN),
+            csr_backoff_max: duration!("csrBackoffMax", csr_backoff_max, DEFAULT_CSR_BACKOFF_MAX),
+            csr_not_issued_warning: duration!(
+                "csrNotIssuedWarning",
+                csr_not_issued_warning,
+                DEFAULT_CSR_NOT_ISSUED_WARNING
+            ),
+            lease_owner_lookup_interval: duration!(
+                "leaseOwnerLookupInterval",
+                lease_owner_lookup_interval,
+                DEFAULT_LEASE_OWNER_LOOKUP_INTERVAL
+            ),
+            shutdown_grace: duration!("shutdownGrace", shutdown_grace, DEFAULT_SHUTDOWN_GRACE),
+            log_format: take!("logFormat", log_format, DEFAULT_LOG_FORMAT),
+            // -v is a count: 0 means "not given", so the file's level applies.
+            verbosity: at.pick(
+                "verbosity",
+                (fl.verbose > 0).then_some(fl.verbose),
+                f.verbosity,
+                DEFAULT_VERBOSITY,
+            ),
+        };
+        Ok((s, at))
+    }
+
+    /// The cross-field and range checks, once, after layering.
+    fn validate(&self, at: &Layers<'_>) -> Result<(), ConfigError> {
+        let s = self;
+        let fail = |key: &'static str, problem: String| Err(at.bad(key, problem));
+        if !is_dns1123_subdomain(&s.node_name) {
+            let from_host = matches!(at.of("nodeName"), Origin::Default { .. });
+            return fail("nodeName", format!(
+                "{}{:?} is not a valid node name (lower-case letters, digits, '-' and '.', at most 253){}",
+                if from_host { "host name " } else { "" }, s.node_name,
+                if from_host { "; pass --node-name" } else { "" }));
+        }
+        if !(s.rotation_fraction > 0.0 && s.rotation_fraction < 1.0) {
+            return fail(
+                "rotationFraction",
+                format!("must be between 0 and 1, got {}", s.rotation_fraction),
+            );
+        }
+        if s.rotation_jitter.is_nan() || s.rotation_jitter < 0.0 {
+            return fail(
+                "rotationJitter",
+                format!("must be 0 or more, got {}", s.rotation_jitter),
+            );
+        }
+        let (lo, hi) = (
+            s.rotation_fraction - s.rotation_jitter,
+            s.rotation_fraction + s.rotation_jitter,
+        );
+        if !(lo > 0.0 && hi < 1.0) {
+            return fail(
+                "rotationJitter",
+                format!(
+                    "rotation window [{lo}, {hi}] (fraction {} ± jitter {}) must lie inside (0, 1)",
+                    s.rotation_fraction, s.rotation_jitter
+                ),
+            );
+        }
+        if let Some(Err(problem)) = s.lease_health_probe.as_deref().map(check_probe_url) {
+            return fail("leaseHealthProbe", problem);
+        }
+        for (key, value) in [
+            ("leaseRenewInterval", s.lease_renew_interval),
+            ("leaseDuration", s.lease_duration),
+            ("csrTimeout", s.csr_timeout),
+            ("csrBackoffMin", s.csr_backoff_min),
+            ("csrNotIssuedWarning", s.csr_not_issued_warning),
+            ("leaseOwnerLookupInterval", s.lease_owner_lookup_interval),
+        ] {
+            if value.is_zero() {
+                return fail(key, "must be greater than 0".into());
+            }
+        }
+        if s.lease_duration.subsec_nanos() != 0 || s.lease_duration.as_secs() > i32::MAX as u64 {
+            return fail(
+                "leaseDuration",
+                format!(
+                    "must be whole seconds that fit spec.leaseDurationSeconds (int32), got {}",
+                    format_duration(s.lease_duration)
+                ),
+            );
+        }
+        if s.lease_duration <= s.lease_renew_interval {
+            return fail(
+                "leaseDuration",
+                format!(
+                    "must be longer than the lease renew interval ({}, from {}), got {}",
+                    format_duration(s.lease_renew_interval),
+                    at.of("leaseRenewInterval"),
+                    format_duration(s.lease_duration)
+                ),
+            );
+        }
+        if s.csr_backoff_max < s.csr_backoff_min {
+            return fail(
+                "csrBackoffMax",
+                format!(
+                    "must be at least the CSR backoff minimum ({}, from {}), got {}",
+                    format_duration(s.csr_backoff_min),
+                    at.of("csrBackoffMin"),
+                    format_duration(s.csr_backoff_max)
+                ),
+            );
+        }
+        if s.keep_certificates == 0 {
+            return fail("keepCertificates", "must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+fn parse_metrics_address(s: &str) -> Result<Option<SocketAddr>, String> {
+    if s.trim().eq_ignore_ascii_case("off") {
+        return Ok(None);
+    }
+    s.trim().parse().map(Some).map_err(|_| {
+        format!(
+            "invalid address {s:?} (use IP:PORT such as {DEFAULT_METRICS_BIND_ADDRESS}, or off)"
+        )
+    })
+}
+
+fn check_probe_url(s: &str) -> Result<(), String> {
+    match reqwest::Url::parse(s) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Ok(()),
+        _ => Err(format!("invalid URL {s:?} (use http://HOST:PORT/PATH)")),
+    }
+}
+
+/// Where each key's value came from: the flag, the file, or the default.
+pub(super) struct Layers<'a> {
+    file: Option<&'a Path>,
+    pub(super) origins: BTreeMap<&'static str, Origin>,
+}
+
+// === impl Layers ===
+
+impl Layers<'_> {
+    fn pick<T>(&mut self, key: &'static str, flag: Option<T>, file: Option<T>, default: T) -> T {
+        let (value, origin) = match (flag, file) {
+            (Some(v), _) => (v, Origin::Flag { key }),
+            (None, Some(v)) => (v, self.file_origin(key)),
+            (None, None) => (default, Origin::Default { key }),
+        };
+        self.origins.insert(key, origin);
+        value
+    }
+
+    fn duration(
+        &mut self,
+        key: &'static str,
+        flag: Option<Duration>,
+        file: Option<&str>,
+        default: Duration,
+    ) -> Result<Duration, ConfigError> {
+        let file = file
+            .map(parse_duration)
+            .transpose()
+            .map_err(|e| ConfigError::Invalid {
+                origin: self.file_origin(key),
+                problem: e.to_string(),
+            })?;
+        Ok(self.pick(key, flag, file, default))
+    }
+
+    /// Makes a picked path absolute: a relative path from the file is anchored at the
+    /// file's folder, any other at the working directory.
+    fn absolute(&self, key: &'static str, path: PathBuf) -> Result<PathBuf, ConfigError> {
+        let anchored = match (self.of(key), self.file) {
+            (Origin::File { .. }, Some(cfg)) if path.is_relative() => {
+                cfg.parent().unwrap_or(Path::new("")).join(&path)
+            }
+            _ => path,
+        };
+        std::path::absolute(&anchored).map_err(|_| self.bad(key, "must not be empty".into()))
+    }
+
+    fn file_origin(&self, key: &'static str) -> Origin {
+        match self.file {
+            Some(path) => Origin::File {
+                path: path.to_owned(),
+                key,
+            },
+            None => Origin::Default { key },
+        }
+    }
+
+    fn of(&self, key: &'static str) -> Origin {
+        self.origins
+            .get(key)
+            .cloned()
+            .unwrap_or(Origin::Default { key })
+    }
+
+    fn bad(&self, key: &'static str, problem: String) -> ConfigError {
+        ConfigError::Invalid {
+            origin: self.of(key),
+            problem,
+        }
+    }
+}
