@@ -42,7 +42,9 @@ pub async fn run(settings: Settings) -> Result<(), Error> {
         let lease = LeaseLoop::from(&settings);
         let span = tracing::info_span!("lease", node = %settings.node_name);
         loops.push(tokio::spawn(
-            lease.run(clients.clone(), health.clone(), shutdown.clone()).instrument(span),
+            lease
+                .run(clients.clone(), health.clone(), shutdown.clone())
+                .instrument(span),
         ));
     } else {
         tracing::info!("--renew-lease=false: the Lease is left to the kubelet");

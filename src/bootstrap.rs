@@ -131,9 +131,7 @@ impl<'a> Bootstrap<'a> {
         if let Some(creds) = self.reuse(&dir)? {
             return Ok(creds);
         }
-        let s = self.settings;
-        let mut attempts = Backoff::new(s.csr_backoff_min, s.csr_backoff_max, 0.2)
-            .expect("settings validated the CSR backoff");
+        let mut attempts = self.settings.csr_backoff();
         let mut first = true;
         loop {
             match self.attempt(&dir).await {
@@ -177,13 +175,25 @@ impl<'a> Bootstrap<'a> {
                 return Ok(None);
             }
         };
-        match verify::verify_issued(&chain_pem, &key, &s.node_name, &access.ca_pem, SystemTime::now()) {
+        match verify::verify_issued(
+            &chain_pem,
+            &key,
+            &s.node_name,
+            &access.ca_pem,
+            SystemTime::now(),
+        ) {
             Ok(info) => {
                 if rewrite {
-                    kubeconfig::write_kubelet(&s.kubeconfig, &access.server, &access.ca_pem, &dir.current_path())?;
+                    kubeconfig::write_kubelet(
+                        &s.kubeconfig,
+                        &access.server,
+                        &access.ca_pem,
+                        &dir.current_path(),
+                    )?;
                 }
                 tracing::info!(serial = %info.serial, not_after = %health::rfc3339(info.not_after), "reusing the valid client certificate; no CSR needed");
-                let creds = self.credentials(&access.server, &access.ca_pem, chain_pem, key_pem, info)?;
+                let creds =
+                    self.credentials(&access.server, &access.ca_pem, chain_pem, key_pem, info)?;
                 self.installed(&creds);
                 Ok(Some(creds))
             }
@@ -202,8 +212,14 @@ impl<'a> Bootstrap<'a> {
                 cert_dir: s.cert_dir.clone(),
                 source,
             })?;
-        let client = ApiClient::new(&access.server, &access.ca_pem, &access.credential, self.api.clone())?;
-        self.obtain(dir, &client, &access.server, &access.ca_pem).await
+        let client = ApiClient::new(
+            &access.server,
+            &access.ca_pem,
+            &access.credential,
+            self.api.clone(),
+        )?;
+        self.obtain(dir, &client, &access.server, &access.ca_pem)
+            .await
     }
 
     /// Get a certificate through `client` (the bootstrap token, or the current certificate
@@ -220,7 +236,8 @@ impl<'a> Bootstrap<'a> {
         let mut retry = Backoff::new(Duration::from_millis(500), Duration::from_secs(30), 0.2)
             .expect("constant backoff bounds are valid");
         let name = crate::pki::csr_name(&key, &s.node_name);
-        self.health.set_bootstrap(State::Filing { csr: name.clone() });
+        self.health
+            .set_bootstrap(State::Filing { csr: name.clone() });
         tracing::info!(csr = %name, identity = %client.identity(), "requesting a client certificate");
         csr::file(client, &key, &s.node_name, &mut retry).await?;
         let since = SystemTime::now();
@@ -228,8 +245,14 @@ impl<'a> Bootstrap<'a> {
         let csr_name = name.clone();
         let mut on_pending = move |p: Pending| {
             health.set_bootstrap(match p {
-                Pending::AwaitingApproval => State::WaitingApproval { csr: csr_name.clone(), since },
-                Pending::ApprovedNotIssued => State::ApprovedNotIssued { csr: csr_name.clone(), since },
+                Pending::AwaitingApproval => State::WaitingApproval {
+                    csr: csr_name.clone(),
+                    since,
+                },
+                Pending::ApprovedNotIssued => State::ApprovedNotIssued {
+                    csr: csr_name.clone(),
+                    since,
+                },
             })
         };
         let opts = WaitOptions {
@@ -241,11 +264,19 @@ impl<'a> Bootstrap<'a> {
             Ok(Verdict::Issued { chain_pem }) => chain_pem,
             Ok(Verdict::Denied { reason, message }) => {
                 dir.remove_pending_key()?;
-                return Err(BootstrapError::Denied { csr: name, reason, message });
+                return Err(BootstrapError::Denied {
+                    csr: name,
+                    reason,
+                    message,
+                });
             }
             Ok(Verdict::Failed { reason, message }) => {
                 dir.remove_pending_key()?;
-                return Err(BootstrapError::Failed { csr: name, reason, message });
+                return Err(BootstrapError::Failed {
+                    csr: name,
+                    reason,
+                    message,
+                });
             }
             Err(e @ CsrError::Timeout { .. }) => {
                 // Give up on this CSR: the next attempt files a new one with a fresh key.
@@ -254,7 +285,13 @@ impl<'a> Bootstrap<'a> {
             }
             Err(e) => return Err(e.into()),
         };
-        let info = match verify::verify_issued(&chain_pem, &key, &s.node_name, ca_pem, SystemTime::now()) {
+        let info = match verify::verify_issued(
+            &chain_pem,
+            &key,
+            &s.node_name,
+            ca_pem,
+            SystemTime::now(),
+        ) {
             Ok(info) => info,
             Err(source) => {
                 // The same key would adopt the same bad CSR again: start over with a new one.
@@ -283,7 +320,9 @@ impl<'a> Bootstrap<'a> {
         if let Some(pem) = dir.load_pending_key()? {
             match NodeKey::from_pem(&pem) {
                 Ok(key) => return Ok(key),
-                Err(e) => tracing::warn!(error = %report(&e), "discarding an unreadable pending key"),
+                Err(e) => {
+                    tracing::warn!(error = %report(&e), "discarding an unreadable pending key")
+                }
             }
         }
         let key = NodeKey::generate()?;

@@ -191,7 +191,9 @@ struct Cli {
 enum Sub {
     /// Run the daemon (the default)
     Run(Flags),
-    /// Walk the join chain in order and name the root cause of a failure
+    /// Walk the join chain in order and name the root cause of a failure.
+    /// Parsed per the contract; hidden until the checks ship (main exits 2).
+    #[command(hide = true)]
     Doctor {
         #[command(flatten)]
         flags: Flags,

@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestSpec};
+use k8s_openapi::api::certificates::v1::{
+    CertificateSigningRequest, CertificateSigningRequestSpec,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, WatchEvent};
 use k8s_openapi::ByteString;
 use tokio::time::Instant;
@@ -41,9 +43,17 @@ pub enum CsrError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     /// Approved and signed: the PEM chain from `status.certificate`.
-    Issued { chain_pem: String },
-    Denied { reason: String, message: String },
-    Failed { reason: String, message: String },
+    Issued {
+        chain_pem: String,
+    },
+    Denied {
+        reason: String,
+        message: String,
+    },
+    Failed {
+        reason: String,
+        message: String,
+    },
 }
 
 /// Where a pending CSR stands, for STATUS= and logs.
@@ -156,14 +166,17 @@ pub async fn wait(
     retry: &mut Backoff,
     on_pending: &mut (dyn FnMut(Pending) + Send),
 ) -> Result<Verdict, CsrError> {
-    tokio::time::timeout(opts.timeout, watch_until_decided(client, name, opts, retry, on_pending))
-        .await
-        .unwrap_or_else(|_| {
-            Err(CsrError::Timeout {
-                name: name.to_string(),
-                after: opts.timeout,
-            })
+    tokio::time::timeout(
+        opts.timeout,
+        watch_until_decided(client, name, opts, retry, on_pending),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        Err(CsrError::Timeout {
+            name: name.to_string(),
+            after: opts.timeout,
         })
+    })
 }
 
 /// The list+watch loop: list once for the current state and a resourceVersion, then
@@ -287,7 +300,10 @@ impl ApprovalTracker {
     ) -> Option<Verdict> {
         let (verdict, approved) = verdict(csr);
         if approved && self.approved_at.is_none() {
-            tracing::info!(csr = csr.metadata.name.as_deref().unwrap_or(""), "CSR approved");
+            tracing::info!(
+                csr = csr.metadata.name.as_deref().unwrap_or(""),
+                "CSR approved"
+            );
             self.approved_at = Some(Instant::now());
         }
         if verdict.is_none() && !approved {

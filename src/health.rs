@@ -62,12 +62,15 @@ impl Snapshot {
         if !self.lease.enabled {
             return line;
         }
-        match (&self.lease.paused, self.lease.failing_since, self.lease.last_renewed) {
+        match (
+            &self.lease.paused,
+            self.lease.failing_since,
+            self.lease.last_renewed,
+        ) {
             (Some(why), _, _) => line.push_str(&format!("; lease not renewed: {why}")),
-            (None, Some(since), _) => line.push_str(&format!(
-                "; lease renewal failing for {}",
-                ago(now, since)
-            )),
+            (None, Some(since), _) => {
+                line.push_str(&format!("; lease renewal failing for {}", ago(now, since)))
+            }
             (None, None, Some(at)) => {
                 line.push_str(&format!("; lease renewed {} ago", ago(now, at)))
             }
@@ -198,7 +201,7 @@ mod tests {
         snap.lease.last_renewed = Some(t(190));
         assert_eq!(
             snap.status_line(t(192)),
-            "client cert valid until 2027-01-15T08:40:00Z, rotates at 2027-01-15T08:25:00Z; lease renewed 2s ago"
+            "client cert valid until 2027-01-15T09:00:00Z, rotates at 2027-01-15T08:45:00Z; lease renewed 2s ago"
         );
     }
 

@@ -88,7 +88,11 @@ pub fn body(
 pub fn next_renew_time(now: SystemTime, last: Option<jiff::Timestamp>) -> jiff::Timestamp {
     let now = jiff::Timestamp::try_from(now).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
     let now = now
-        .round(jiff::TimestampRound::new().smallest(jiff::Unit::Microsecond).mode(jiff::RoundMode::Trunc))
+        .round(
+            jiff::TimestampRound::new()
+                .smallest(jiff::Unit::Microsecond)
+                .mode(jiff::RoundMode::Trunc),
+        )
         .unwrap_or(now);
     match last {
         Some(last) if now <= last => last + jiff::SignedDuration::from_micros(1),
@@ -131,11 +135,19 @@ struct Renewer {
 
 impl LeaseLoop {
     fn path(&self) -> String {
-        format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{}", self.node)
+        format!(
+            "/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{}",
+            self.node
+        )
     }
 
     /// Renew until shutdown, always with the newest client from `clients`.
-    pub async fn run(self, mut clients: watch::Receiver<ApiClient>, health: Health, mut shutdown: Shutdown) {
+    pub async fn run(
+        self,
+        mut clients: watch::Receiver<ApiClient>,
+        health: Health,
+        mut shutdown: Shutdown,
+    ) {
         let interval = self.interval;
         let mut r = Renewer {
             cfg: self,
@@ -193,7 +205,10 @@ impl LeaseLoop {
                         tracing::warn!(node = %r.cfg.node, "Lease {NAMESPACE}/{} is renewed by another writer (the kubelet?): two writers hide a dead kubelet; run bootlet with --renew-lease=false (or --lease-health-probe) when the kubelet renews its own Lease. Backing off.", r.cfg.node);
                     }
                     war_until = Some(Instant::now() + wait);
-                    health.update(|s| s.lease.paused = Some("another writer renews the Lease (use --renew-lease=false)".into()));
+                    health.update(|s| {
+                        s.lease.paused =
+                            Some("another writer renews the Lease (use --renew-lease=false)".into())
+                    });
                 }
                 Err(e) => {
                     failed_periods += 1;
@@ -209,7 +224,9 @@ impl LeaseLoop {
                     if failed_periods >= RECONNECT_AFTER {
                         match client.reconnect() {
                             Ok(fresh) => client = fresh,
-                            Err(e) => tracing::warn!(error = %report(&e), "lease: cannot rebuild the connection pool"),
+                            Err(e) => {
+                                tracing::warn!(error = %report(&e), "lease: cannot rebuild the connection pool")
+                            }
                         }
                     }
                 }
@@ -242,7 +259,11 @@ impl Renewer {
     }
 
     /// One renewal with quick retries, all before `deadline` (the next period).
-    async fn renew_in_period(&mut self, client: &ApiClient, deadline: Instant) -> Result<(), RenewError> {
+    async fn renew_in_period(
+        &mut self,
+        client: &ApiClient,
+        deadline: Instant,
+    ) -> Result<(), RenewError> {
         let mut quick = Backoff::new(Duration::from_millis(100), self.cfg.interval / 4, 0.2)
             .expect("interval is positive");
         let mut attempt = 0;
@@ -250,7 +271,9 @@ impl Renewer {
             attempt += 1;
             match self.renew(client).await {
                 Ok(()) => return Ok(()),
-                Err(RenewError::Api { source, node }) if source.is_retryable() && attempt < RETRIES_PER_PERIOD => {
+                Err(RenewError::Api { source, node })
+                    if source.is_retryable() && attempt < RETRIES_PER_PERIOD =>
+                {
                     let wait = quick.with_retry_after(source.retry_after());
                     if Instant::now() + wait >= deadline {
                         return Err(RenewError::Api { node, source });
@@ -280,11 +303,18 @@ impl Renewer {
         }
         for _ in 0..2 {
             let renew = next_renew_time(SystemTime::now(), self.last_renew);
-            let want = body(self.cached.as_ref(), &self.cfg.node, self.cfg.duration, renew, self.owner.as_ref());
+            let want = body(
+                self.cached.as_ref(),
+                &self.cfg.node,
+                self.cfg.duration,
+                renew,
+                self.owner.as_ref(),
+            );
             let result = match &self.cached {
                 Some(_) => client.replace::<_, Lease>(&path, &want).await,
                 None => {
-                    let list = format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases");
+                    let list =
+                        format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases");
                     client.create::<_, Lease>(&list, &want).await
                 }
             };
@@ -302,7 +332,9 @@ impl Renewer {
                         self.foreign += 1;
                         if self.foreign >= FOREIGN_STREAK {
                             self.cached = Some(current);
-                            return Err(RenewError::OtherWriter { node: self.cfg.node.clone() });
+                            return Err(RenewError::OtherWriter {
+                                node: self.cfg.node.clone(),
+                            });
                         }
                     }
                     self.cached = Some(current);
@@ -310,12 +342,18 @@ impl Renewer {
                 Err(e) => return Err(api(e)),
             }
         }
-        Err(RenewError::Conflict { node: self.cfg.node.clone() })
+        Err(RenewError::Conflict {
+            node: self.cfg.node.clone(),
+        })
     }
 
     /// The Lease moved since our last write and not by our hand.
     fn renewed_by_someone_else(&self, current: &Lease) -> bool {
-        let theirs = current.spec.as_ref().and_then(|s| s.renew_time.as_ref()).map(|t| t.0);
+        let theirs = current
+            .spec
+            .as_ref()
+            .and_then(|s| s.renew_time.as_ref())
+            .map(|t| t.0);
         matches!((theirs, self.last_renew), (Some(theirs), Some(ours)) if theirs != ours)
     }
 
@@ -325,7 +363,10 @@ impl Renewer {
             return;
         }
         self.next_owner_lookup = Instant::now() + self.cfg.owner_lookup;
-        match client.get::<Node>(&format!("/api/v1/nodes/{}", self.cfg.node)).await {
+        match client
+            .get::<Node>(&format!("/api/v1/nodes/{}", self.cfg.node))
+            .await
+        {
             Ok(node) => {
                 if let Some(uid) = node.metadata.uid {
                     tracing::info!(node = %self.cfg.node, %uid, "Node exists; the Lease gets its owner reference");
@@ -338,7 +379,9 @@ impl Renewer {
                     });
                 }
             }
-            Err(e) if e.is_not_found() => tracing::debug!(node = %self.cfg.node, "Node not registered yet"),
+            Err(e) if e.is_not_found() => {
+                tracing::debug!(node = %self.cfg.node, "Node not registered yet")
+            }
             Err(e) => tracing::debug!(error = %report(&e), "Node lookup failed"),
         }
     }
@@ -348,11 +391,13 @@ impl Renewer {
 async fn probe(url: &str) -> bool {
     static CLIENT: std::sync::OnceLock<Option<reqwest::Client>> = std::sync::OnceLock::new();
     let client = CLIENT.get_or_init(|| {
-        let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .ok()?
-            .with_root_certificates(rustls::RootCertStore::empty())
-            .with_no_client_auth();
+        let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .ok()?
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
         reqwest::Client::builder()
             .use_preconfigured_tls(tls)
             .timeout(Duration::from_secs(1))
@@ -360,7 +405,11 @@ async fn probe(url: &str) -> bool {
             .ok()
     });
     match client {
-        Some(c) => c.get(url).send().await.is_ok_and(|r| r.status().is_success()),
+        Some(c) => c
+            .get(url)
+            .send()
+            .await
+            .is_ok_and(|r| r.status().is_success()),
         None => false,
     }
 }

@@ -4,19 +4,19 @@
 //! certificates in the kubelet's own layout, the node Lease heartbeat and client
 //! certificate rotation. `main.rs` is a thin shell over this library; `tests/` use it too.
 
-pub mod backoff;
-pub mod cli;
-pub mod config;
-pub mod kubeconfig;
-pub mod pki;
-pub mod telemetry;
 pub mod agent;
 pub mod apiserver;
+pub mod backoff;
 pub mod bootstrap;
+pub mod cli;
+pub mod config;
 pub mod csr;
 pub mod error;
 pub mod health;
-pub mod notify;
-pub mod shutdown;
+pub mod kubeconfig;
 pub mod lease;
+pub mod notify;
+pub mod pki;
 pub mod rotation;
+pub mod shutdown;
+pub mod telemetry;

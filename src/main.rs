@@ -13,7 +13,11 @@ fn main() -> ExitCode {
         Ok(command) => command,
         Err(e) => {
             let _ = e.print();
-            return if e.use_stderr() { ExitCode::from(2) } else { ExitCode::SUCCESS };
+            return if e.use_stderr() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::SUCCESS
+            };
         }
     };
     match command {
@@ -27,7 +31,10 @@ fn main() -> ExitCode {
                 Err(e) => return fail(&e),
             };
             telemetry::init(settings.log_format, settings.verbosity);
-            let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
                 Ok(rt) => rt,
                 Err(e) => return fail(&e),
             };
@@ -37,7 +44,7 @@ fn main() -> ExitCode {
             }
         }
         Command::Doctor { .. } => {
-            eprintln!("bootlet: doctor is not part of this release yet");
+            eprintln!("bootlet: doctor is not in this release yet; see the README's roadmap");
             ExitCode::from(2)
         }
     }

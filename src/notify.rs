@@ -25,7 +25,14 @@ pub async fn run(mut health: watch::Receiver<Snapshot>, mut shutdown: Shutdown) 
         }
         if !ready_sent && snap.ready() {
             send(&[NotifyState::Ready]);
-            tracing::info!("ready: client certificate in place{}", if snap.lease.enabled { " and the Lease written" } else { "" });
+            tracing::info!(
+                "ready: client certificate in place{}",
+                if snap.lease.enabled {
+                    " and the Lease written"
+                } else {
+                    ""
+                }
+            );
             ready_sent = true;
         }
         tokio::select! {

@@ -87,8 +87,12 @@ impl Rotation<'_> {
         };
         self.health.update(|h| h.cert = Some(summary));
         match at {
-            Some(at) => tracing::info!(serial = %cert.serial, not_after = %health::rfc3339(cert.not_after), rotate_at = %health::rfc3339(at), "client certificate rotation scheduled"),
-            None => tracing::info!(serial = %cert.serial, not_after = %health::rfc3339(cert.not_after), "--rotate-certificates=false: the certificate will not be rotated"),
+            Some(at) => {
+                tracing::info!(serial = %cert.serial, not_after = %health::rfc3339(cert.not_after), rotate_at = %health::rfc3339(at), "client certificate rotation scheduled")
+            }
+            None => {
+                tracing::info!(serial = %cert.serial, not_after = %health::rfc3339(cert.not_after), "--rotate-certificates=false: the certificate will not be rotated")
+            }
         }
         at
     }
@@ -188,7 +192,14 @@ impl Rotation<'_> {
         let (chain_pem, key_pem) = dir.read_current().ok()??;
         let key = NodeKey::from_pem(&key_pem).ok()?;
         let s = self.settings;
-        let info = verify::verify_issued(&chain_pem, &key, &s.node_name, &creds.ca_pem, SystemTime::now()).ok()?;
+        let info = verify::verify_issued(
+            &chain_pem,
+            &key,
+            &s.node_name,
+            &creds.ca_pem,
+            SystemTime::now(),
+        )
+        .ok()?;
         if info.serial == creds.cert.serial {
             return None;
         }

@@ -43,7 +43,10 @@ async fn fresh_bootstrap_writes_kubelet_files_that_real_peers_accept() {
     let target = std::fs::read_link(node.current()).unwrap();
     assert!(target.is_absolute(), "{target:?}");
     let file_name = target.file_name().unwrap().to_str().unwrap().to_string();
-    assert!(file_name.starts_with("kubelet-client-20") && file_name.ends_with(".pem"), "{file_name}");
+    assert!(
+        file_name.starts_with("kubelet-client-20") && file_name.ends_with(".pem"),
+        "{file_name}"
+    );
     assert_eq!(mode(&target), 0o600);
     assert_eq!(mode(&node.kubeconfig), 0o600);
     assert!(!node.cert_dir.join("kubelet-client.key.tmp").exists());
@@ -52,7 +55,11 @@ async fn fresh_bootstrap_writes_kubelet_files_that_real_peers_accept() {
 
     // The written kubeconfig works with the real kubectl.
     let kc = support::path(&node.kubeconfig);
-    let (ok, out) = support::run("kubectl", &["--kubeconfig", &kc, "get", "--raw", "/version"]).await;
+    let (ok, out) = support::run(
+        "kubectl",
+        &["--kubeconfig", &kc, "get", "--raw", "/version"],
+    )
+    .await;
     assert!(ok, "kubectl: {out}");
     assert!(out.contains("gitVersion"), "{out}");
 
@@ -60,10 +67,14 @@ async fn fresh_bootstrap_writes_kubelet_files_that_real_peers_accept() {
     let cur = support::path(&node.current());
     let (ok, subject) = support::run("openssl", &["x509", "-noout", "-subject", "-in", &cur]).await;
     assert!(ok, "{subject}");
-    assert!(subject.contains("system:nodes") && subject.contains("system:node:node-a"), "{subject}");
+    assert!(
+        subject.contains("system:nodes") && subject.contains("system:node:node-a"),
+        "{subject}"
+    );
     let ca = node.tmp.path().join("ca.crt");
     std::fs::write(&ca, tp.ca_pem()).unwrap();
-    let (ok, out) = support::run("openssl", &["verify", "-CAfile", &support::path(&ca), &cur]).await;
+    let (ok, out) =
+        support::run("openssl", &["verify", "-CAfile", &support::path(&ca), &cur]).await;
     assert!(ok && out.contains("OK"), "{out}");
 
     // No secret in the log.
@@ -140,9 +151,16 @@ async fn a_denied_csr_backs_off_and_retries_with_a_fresh_key() {
         reason: "NotAllowed".into(),
     });
     let node = NodeDir::new(&tp.bootstrap_kubeconfig());
-    let agent = Agent::spawn(&args(&node, "node-d", &["--csr-backoff-min", "1s", "--csr-backoff-max", "2s"]));
+    let agent = Agent::spawn(&args(
+        &node,
+        "node-d",
+        &["--csr-backoff-min", "1s", "--csr-backoff-max", "2s"],
+    ));
     let line = agent.wait_for_log("was denied").await;
-    assert!(line.contains("node-csr-") && line.contains("NotAllowed"), "{line}");
+    assert!(
+        line.contains("node-csr-") && line.contains("NotAllowed"),
+        "{line}"
+    );
     let start = tokio::time::Instant::now();
     // The next attempt files a CSR with a new key, so under a new name.
     tokio::time::timeout(support::WAIT, async {
@@ -152,13 +170,23 @@ async fn a_denied_csr_backs_off_and_retries_with_a_fresh_key() {
     })
     .await
     .expect("a second CSR after the back-off");
-    assert!(start.elapsed() >= Duration::from_millis(700), "backed off before retrying");
-    let names: std::collections::BTreeSet<_> =
-        tp.csrs().iter().map(|c| c.metadata.name.clone().unwrap()).collect();
+    assert!(
+        start.elapsed() >= Duration::from_millis(700),
+        "backed off before retrying"
+    );
+    let names: std::collections::BTreeSet<_> = tp
+        .csrs()
+        .iter()
+        .map(|c| c.metadata.name.clone().unwrap())
+        .collect();
     assert_eq!(names.len(), 2, "fresh key, fresh name");
     let (status, log) = agent.terminate().await;
     assert!(status.success());
-    assert!(tp.csrs().len() <= 4, "no tight loop: {} CSRs\n{log}", tp.csrs().len());
+    assert!(
+        tp.csrs().len() <= 4,
+        "no tight loop: {} CSRs\n{log}",
+        tp.csrs().len()
+    );
     assert!(!node.current().exists());
 }
 
@@ -166,9 +194,16 @@ async fn a_denied_csr_backs_off_and_retries_with_a_fresh_key() {
 async fn an_approval_that_never_comes_hits_the_csr_timeout() {
     let tp = manual_plane().await;
     let node = NodeDir::new(&tp.bootstrap_kubeconfig());
-    let agent = Agent::spawn(&args(&node, "node-e", &["--csr-timeout", "1s", "--csr-backoff-min", "30s"]));
+    let agent = Agent::spawn(&args(
+        &node,
+        "node-e",
+        &["--csr-timeout", "1s", "--csr-backoff-min", "30s"],
+    ));
     let line = agent.wait_for_log("was not approved within").await;
-    assert!(line.contains("kubectl certificate approve node-csr-"), "{line}");
+    assert!(
+        line.contains("kubectl certificate approve node-csr-"),
+        "{line}"
+    );
     let (status, _) = agent.terminate().await;
     assert!(status.success());
     assert!(!node.current().exists());
@@ -179,7 +214,11 @@ async fn approved_but_not_issued_is_named() {
     let tp = plane(HOUR).await;
     tp.set_signer(Signer::None);
     let node = NodeDir::new(&tp.bootstrap_kubeconfig());
-    let agent = Agent::spawn(&args(&node, "node-f", &["--csr-not-issued-warning", "500ms"]));
+    let agent = Agent::spawn(&args(
+        &node,
+        "node-f",
+        &["--csr-not-issued-warning", "500ms"],
+    ));
     agent.wait_for_log("approved but not issued").await;
     agent.terminate().await;
     assert!(!node.current().exists());
@@ -194,7 +233,10 @@ async fn certificates_for_another_key_node_or_ca_are_refused() {
         let agent = Agent::spawn(&args(&node, "node-g", &["--csr-backoff-min", "30s"]));
         let line = agent.wait_for_log("refused the certificate").await;
         agent.terminate().await;
-        assert!(!node.current().exists(), "{signer:?}: nothing written ({line})");
+        assert!(
+            !node.current().exists(),
+            "{signer:?}: nothing written ({line})"
+        );
         assert!(!node.kubeconfig.exists(), "{signer:?}");
         let leftovers: Vec<_> = std::fs::read_dir(&node.cert_dir)
             .unwrap()

@@ -101,7 +101,11 @@ pub enum Error {
         source: serde_json::Error,
     },
     #[error("{method} {path}: response larger than {limit} bytes")]
-    TooLarge { method: Method, path: String, limit: usize },
+    TooLarge {
+        method: Method,
+        path: String,
+        limit: usize,
+    },
 }
 
 // === impl Identity ===
@@ -314,12 +318,13 @@ impl ApiClient {
                 path: path.to_string(),
                 source,
             })?;
-            req = req
-                .header(CONTENT_TYPE, "application/json")
-                .body(json);
+            req = req.header(CONTENT_TYPE, "application/json").body(json);
         }
         tracing::trace!(%method, path, "request");
-        let resp = req.send().await.map_err(|source| self.transport(&method, path, source))?;
+        let resp = req
+            .send()
+            .await
+            .map_err(|source| self.transport(&method, path, source))?;
         let code = resp.status();
         tracing::trace!(%method, path, code = code.as_u16(), "response");
         if code.is_success() {
@@ -471,7 +476,9 @@ mod tests {
             method: Method::POST,
             path: "/x".into(),
             code,
-            identity: Identity::BootstrapToken { id: "abcdef".into() },
+            identity: Identity::BootstrapToken {
+                id: "abcdef".into(),
+            },
             status: Box::new(Status {
                 reason: Some(reason.into()),
                 message: Some("m".into()),

@@ -36,14 +36,15 @@ pub fn client_config(
             let chain = certs(chain_pem.as_bytes())?;
             let key = private_key(key.as_str())?;
             let identity = cert_identity(chain_pem);
-            let config = builder
-                .with_client_auth_cert(chain, key)
-                .map_err(|e| format!("the client certificate and key do not form a TLS identity: {e}"))?;
+            let config = builder.with_client_auth_cert(chain, key).map_err(|e| {
+                format!("the client certificate and key do not form a TLS identity: {e}")
+            })?;
             (config, identity, None)
         }
         Credential::Token(token) => {
-            let mut value = HeaderValue::from_str(&token.secret_header())
-                .map_err(|_| "the bearer token contains characters not allowed in a header".to_string())?;
+            let mut value = HeaderValue::from_str(&token.secret_header()).map_err(|_| {
+                "the bearer token contains characters not allowed in a header".to_string()
+            })?;
             value.set_sensitive(true);
             let identity = Identity::BootstrapToken {
                 id: token.id().to_string(),
@@ -69,7 +70,10 @@ fn private_key(pem: &str) -> Result<PrivateKeyDer<'static>, String> {
 }
 
 fn cert_identity(chain_pem: &str) -> Identity {
-    match pki::parse_cert_chain(chain_pem).ok().and_then(|c| c.into_iter().next()) {
+    match pki::parse_cert_chain(chain_pem)
+        .ok()
+        .and_then(|c| c.into_iter().next())
+    {
         Some((info, _)) => Identity::ClientCertificate {
             subject: info.subject_cn,
             serial: info.serial,

@@ -97,7 +97,10 @@ impl<T: DeserializeOwned> EventStream<T> {
             WatchEvent::ErrorStatus(status) => Err(Error::Api {
                 method: Method::GET,
                 path: self.path.clone(),
-                code: status.code.and_then(|c| u16::try_from(c).ok()).unwrap_or(500),
+                code: status
+                    .code
+                    .and_then(|c| u16::try_from(c).ok())
+                    .unwrap_or(500),
                 identity: self.client.identity().clone(),
                 status: Box::new(status),
                 retry_after: None,

@@ -14,7 +14,10 @@ fn condition(type_: &str, reason: &str) -> CertificateSigningRequestCondition {
     }
 }
 
-fn with_status(conditions: Vec<CertificateSigningRequestCondition>, cert: &[u8]) -> CertificateSigningRequest {
+fn with_status(
+    conditions: Vec<CertificateSigningRequestCondition>,
+    cert: &[u8],
+) -> CertificateSigningRequest {
     let key = NodeKey::generate().unwrap();
     let mut csr = build(&key, "node-a").unwrap();
     csr.status = Some(CertificateSigningRequestStatus {
@@ -28,16 +31,30 @@ fn with_status(conditions: Vec<CertificateSigningRequestCondition>, cert: &[u8])
 fn build_follows_the_contract() {
     let key = NodeKey::generate().unwrap();
     let csr = build(&key, "node-a").unwrap();
-    assert_eq!(csr.metadata.name.as_deref(), Some(pki::csr_name(&key, "node-a").as_str()));
-    assert!(csr.metadata.name.as_deref().unwrap().starts_with("node-csr-"));
-    assert_eq!(csr.spec.signer_name, "kubernetes.io/kube-apiserver-client-kubelet");
+    assert_eq!(
+        csr.metadata.name.as_deref(),
+        Some(pki::csr_name(&key, "node-a").as_str())
+    );
+    assert!(csr
+        .metadata
+        .name
+        .as_deref()
+        .unwrap()
+        .starts_with("node-csr-"));
+    assert_eq!(
+        csr.spec.signer_name,
+        "kubernetes.io/kube-apiserver-client-kubelet"
+    );
     assert_eq!(
         csr.spec.usages.as_deref(),
         Some(&["digital signature".to_string(), "client auth".to_string()][..])
     );
     assert!(pki::csr_matches_key(&csr.spec.request.0, &key, "node-a"));
     // The same key gives the same name: a restart finds its own CSR.
-    assert_eq!(build(&key, "node-a").unwrap().metadata.name, csr.metadata.name);
+    assert_eq!(
+        build(&key, "node-a").unwrap().metadata.name,
+        csr.metadata.name
+    );
 }
 
 #[test]
@@ -51,14 +68,19 @@ fn verdicts() {
     let issued = with_status(vec![condition("Approved", "AutoApproved")], b"PEM");
     assert_eq!(
         verdict(&issued).0,
-        Some(Verdict::Issued { chain_pem: "PEM".into() })
+        Some(Verdict::Issued {
+            chain_pem: "PEM".into()
+        })
     );
 
     let denied = with_status(vec![condition("Denied", "Nope")], b"");
     assert!(matches!(verdict(&denied).0, Some(Verdict::Denied { reason, .. }) if reason == "Nope"));
 
     let failed = with_status(
-        vec![condition("Approved", "AutoApproved"), condition("Failed", "SignerValidationFailure")],
+        vec![
+            condition("Approved", "AutoApproved"),
+            condition("Failed", "SignerValidationFailure"),
+        ],
         b"",
     );
     assert!(matches!(verdict(&failed).0, Some(Verdict::Failed { .. })));
@@ -77,5 +99,9 @@ async fn the_not_issued_warning_fires_once_after_the_threshold() {
     let start = Instant::now();
     tracker.warning_due().await;
     assert_eq!(start.elapsed(), Duration::from_secs(60));
-    assert!(tokio::time::timeout(Duration::from_secs(3600), tracker.warning_due()).await.is_err());
+    assert!(
+        tokio::time::timeout(Duration::from_secs(3600), tracker.warning_due())
+            .await
+            .is_err()
+    );
 }

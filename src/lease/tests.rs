@@ -6,7 +6,13 @@ fn ts(s: &str) -> jiff::Timestamp {
 
 #[test]
 fn body_sets_holder_duration_and_renew_time() {
-    let lease = body(None, "node-a", Duration::from_secs(40), ts("2026-11-30T21:00:00.123456Z"), None);
+    let lease = body(
+        None,
+        "node-a",
+        Duration::from_secs(40),
+        ts("2026-11-30T21:00:00.123456Z"),
+        None,
+    );
     assert_eq!(lease.metadata.name.as_deref(), Some("node-a"));
     assert_eq!(lease.metadata.namespace.as_deref(), Some(NAMESPACE));
     let spec = lease.spec.unwrap();
@@ -25,9 +31,21 @@ fn body_keeps_the_cached_object_and_adds_the_owner_once() {
         uid: "uid-1".into(),
         ..OwnerReference::default()
     };
-    let mut first = body(None, "node-a", Duration::from_secs(40), ts("2026-11-30T21:00:00Z"), Some(&owner));
+    let mut first = body(
+        None,
+        "node-a",
+        Duration::from_secs(40),
+        ts("2026-11-30T21:00:00Z"),
+        Some(&owner),
+    );
     first.metadata.resource_version = Some("7".into());
-    let second = body(Some(&first), "node-a", Duration::from_secs(40), ts("2026-11-30T21:00:10Z"), Some(&owner));
+    let second = body(
+        Some(&first),
+        "node-a",
+        Duration::from_secs(40),
+        ts("2026-11-30T21:00:10Z"),
+        Some(&owner),
+    );
     assert_eq!(second.metadata.resource_version.as_deref(), Some("7"));
     assert_eq!(second.metadata.owner_references.as_ref().unwrap().len(), 1);
 }

@@ -18,7 +18,11 @@ fn deadline_table() {
     ];
     for (nb, na, f, j, draw, want) in cases {
         let got = deadline(t(nb), t(na), f, j, draw);
-        assert_eq!(got, t(nb + want), "case nb={nb} na={na} f={f} j={j} draw={draw}");
+        assert_eq!(
+            got,
+            t(nb + want),
+            "case nb={nb} na={na} f={f} j={j} draw={draw}"
+        );
     }
 }
 
@@ -48,7 +52,9 @@ fn ten_thousand_deadlines_spread_uniformly_over_the_jitter_window() {
         let at = deadline(t(0), t(1_000_000), f, j, draw_for(&serial));
         let frac = at.duration_since(t(0)).unwrap().as_secs_f64() / 1_000_000.0;
         assert!((f - j - 1e-9..=f + j + 1e-9).contains(&frac), "{frac}");
-        let b = (((frac - (f - j)) / (2.0 * j)) * 10.0).floor().clamp(0.0, 9.0) as usize;
+        let b = (((frac - (f - j)) / (2.0 * j)) * 10.0)
+            .floor()
+            .clamp(0.0, 9.0) as usize;
         buckets[b] += 1;
     }
     // Chi-square with 9 degrees of freedom: 27.88 is the 0.1 % critical value.

@@ -116,7 +116,13 @@ impl Agent {
     /// Wait until a stderr line contains `needle`; return that line.
     pub async fn wait_for_log(&self, needle: &str) -> String {
         let mut rx = self.tx.subscribe();
-        if let Some(line) = self.lines.lock().unwrap().iter().find(|l| l.contains(needle)) {
+        if let Some(line) = self
+            .lines
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|l| l.contains(needle))
+        {
             return line.clone();
         }
         let found = tokio::time::timeout(WAIT, async {
