@@ -40,6 +40,8 @@ pub struct Credentials {
     pub cert: CertInfo,
     pub server: String,
     pub ca_pem: Vec<u8>,
+    /// Issued by this process just now (not found on disk).
+    pub fresh: bool,
 }
 
 /// Why bootstrap could not produce an identity.
@@ -218,7 +220,7 @@ impl<'a> Bootstrap<'a> {
             &access.credential,
             self.api.clone(),
         )?;
-        self.obtain(dir, &client, &access.server, &access.ca_pem)
+        self.obtain(dir, &client, &access.server, &access.ca_pem, s.csr_timeout)
             .await
     }
 
@@ -230,6 +232,7 @@ impl<'a> Bootstrap<'a> {
         client: &ApiClient,
         server: &str,
         ca_pem: &[u8],
+        wait_limit: Duration,
     ) -> Result<Credentials, BootstrapError> {
         let s = self.settings;
         let key = self.pending_key(dir)?;
@@ -256,7 +259,7 @@ impl<'a> Bootstrap<'a> {
             })
         };
         let opts = WaitOptions {
-            timeout: s.csr_timeout,
+            timeout: wait_limit,
             not_issued_warning: s.csr_not_issued_warning,
         };
         let verdict = csr::wait(client, &name, &opts, &mut retry, &mut on_pending).await;
@@ -310,7 +313,8 @@ impl<'a> Bootstrap<'a> {
             kubeconfig = %s.kubeconfig.display(),
             "client certificate installed"
         );
-        let creds = self.credentials(server, ca_pem, chain_pem, key_pem, info)?;
+        let mut creds = self.credentials(server, ca_pem, chain_pem, key_pem, info)?;
+        creds.fresh = true;
         self.installed(&creds);
         Ok(creds)
     }
@@ -345,6 +349,7 @@ impl<'a> Bootstrap<'a> {
             cert,
             server: server.to_string(),
             ca_pem: ca_pem.to_vec(),
+            fresh: false,
         })
     }
 

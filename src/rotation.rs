@@ -67,18 +67,31 @@ pub struct Rotation<'a> {
 // === impl Rotation ===
 
 impl Rotation<'_> {
-    /// The deadline of `creds`' certificate, recorded in health.
+    /// The deadline of `creds`' certificate, recorded in health. For a certificate issued
+    /// just now (`creds.fresh`): if the signer's backdated notBefore already puts the deadline in the
+    /// past, count the lifetime from now instead, or every new certificate would be rotated
+    /// at once (a CSR pile-up).
     fn schedule(&self, creds: &Credentials) -> Option<SystemTime> {
         let s = self.settings;
         let cert = &creds.cert;
+        let now = SystemTime::now();
         let at = s.rotate_certificates.then(|| {
-            deadline(
-                cert.not_before,
-                cert.not_after,
-                s.rotation_fraction,
-                s.rotation_jitter,
-                draw_for(&cert.serial),
-            )
+            let from = |start| {
+                deadline(
+                    start,
+                    cert.not_after,
+                    s.rotation_fraction,
+                    s.rotation_jitter,
+                    draw_for(&cert.serial),
+                )
+            };
+            let at = from(cert.not_before);
+            if creds.fresh && at <= now {
+                tracing::warn!(serial = %cert.serial, not_before = %health::rfc3339(cert.not_before), "the new certificate's notBefore is backdated so far that its rotation deadline has passed; counting its lifetime from now");
+                from(now.max(cert.not_before))
+            } else {
+                at
+            }
         });
         let summary = CertSummary {
             serial: cert.serial.clone(),
@@ -148,8 +161,14 @@ impl Rotation<'_> {
                 self.bootstrap.attempt(&dir).await
             } else {
                 tracing::info!(serial = %creds.cert.serial, "rotating the client certificate");
+                // Waiting past expiry is pointless: the fallback to bootstrap takes over then.
+                let remaining = creds.cert.not_after.duration_since(now).unwrap_or_default();
+                let limit = self
+                    .settings
+                    .csr_timeout
+                    .min(remaining.max(Duration::from_secs(1)));
                 self.bootstrap
-                    .obtain(&dir, &creds.client, &creds.server, &creds.ca_pem)
+                    .obtain(&dir, &creds.client, &creds.server, &creds.ca_pem, limit)
                     .await
             };
             match result {

@@ -1,0 +1,286 @@
+//! Client certificate rotation with short signer lifetimes (seconds), against the testplane.
+
+mod support;
+
+use std::time::{Duration, SystemTime};
+
+use support::{wait_event, Agent, NodeDir};
+use testplane::{Approval, Event, TestPlane};
+
+async fn plane(ttl_secs: u64) -> TestPlane {
+    TestPlane::builder()
+        .cert_ttl(Duration::from_secs(ttl_secs))
+        .allow_short_expiration(true)
+        .start()
+        .await
+        .expect("start testplane")
+}
+
+fn args(node: &NodeDir, name: &str, extra: &[&str]) -> Vec<String> {
+    let mut a = node.args(name);
+    a.extend(
+        ["--lease-renew-interval", "250ms", "--lease-duration", "1s"]
+            .iter()
+            .chain(extra)
+            .map(|s| s.to_string()),
+    );
+    a
+}
+
+/// The next CSR created, with its requester and when it arrived.
+async fn next_csr(
+    events: &mut tokio::sync::broadcast::Receiver<Event>,
+) -> (String, String, SystemTime) {
+    wait_event(events, |e| match e {
+        Event::CsrCreated { name, user } => Some((name.clone(), user.clone(), SystemTime::now())),
+        _ => None,
+    })
+    .await
+}
+
+async fn next_issued(events: &mut tokio::sync::broadcast::Receiver<Event>) -> SystemTime {
+    wait_event(events, |e| match e {
+        Event::CsrIssued { not_after, .. } => Some(*not_after),
+        _ => None,
+    })
+    .await
+}
+
+/// Fraction of the lifetime (issue → notAfter) at which the rotation CSR arrived.
+fn fraction_at(issued_not_after: SystemTime, ttl: Duration, rotated: SystemTime) -> f64 {
+    let issued = issued_not_after - ttl;
+    rotated.duration_since(issued).unwrap().as_secs_f64() / ttl.as_secs_f64()
+}
+
+fn spki_of(path: &std::path::Path) -> Vec<u8> {
+    let pem = std::fs::read_to_string(path).unwrap();
+    let chain = bootlet::pki::parse_cert_chain(&pem).unwrap();
+    chain[0].0.spki_der.clone()
+}
+
+#[tokio::test]
+async fn rotates_at_75_percent_through_the_client_certificate_with_a_new_key() {
+    let ttl = Duration::from_secs(8);
+    let tp = plane(8).await;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let mut events = tp.events();
+    let agent = Agent::spawn(&args(&node, "rot", &["--rotation-jitter", "0"]));
+    let (_, first_user, _) = next_csr(&mut events).await;
+    assert!(first_user.starts_with("system:bootstrap:"), "{first_user}");
+    let not_after = next_issued(&mut events).await;
+    agent.wait_for_log("client certificate installed").await;
+    let old_key = spki_of(&node.current());
+    let kc = support::path(&node.kubeconfig);
+    let (ok, out) = support::run(
+        "kubectl",
+        &["--kubeconfig", &kc, "get", "--raw", "/version"],
+    )
+    .await;
+    assert!(ok, "before: {out}");
+
+    let (_, user, at) = next_csr(&mut events).await;
+    assert_eq!(
+        user, "system:node:rot",
+        "the rotation CSR is authenticated by the client certificate"
+    );
+    let f = fraction_at(not_after, ttl, at);
+    assert!(
+        (f - 0.75).abs() * ttl.as_secs_f64() <= 1.0,
+        "rotated at {f:.3} of the lifetime"
+    );
+    // kubectl keeps working while the new certificate is issued and installed.
+    let (ok, out) = support::run(
+        "kubectl",
+        &["--kubeconfig", &kc, "get", "--raw", "/version"],
+    )
+    .await;
+    assert!(ok, "during: {out}");
+    next_issued(&mut events).await;
+    agent.wait_for_log("client certificate rotated").await;
+    let (ok, out) = support::run(
+        "kubectl",
+        &["--kubeconfig", &kc, "get", "--raw", "/version"],
+    )
+    .await;
+    assert!(ok, "after: {out}");
+    assert_ne!(spki_of(&node.current()), old_key, "a new key");
+
+    // The Lease never missed an interval across the rotation.
+    let (status, log) = agent.terminate().await;
+    assert!(status.success(), "{log}");
+    let renewals: Vec<SystemTime> = tp
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "PUT" && r.path.ends_with("/leases/rot") && r.status == 200)
+        .map(|r| r.at)
+        .collect();
+    assert!(renewals.len() > 20);
+    for w in renewals.windows(2) {
+        let gap = w[1].duration_since(w[0]).unwrap();
+        assert!(gap < Duration::from_millis(250 + 250), "lease gap {gap:?}");
+    }
+    // The previous certificate file is still there.
+    let files = pem_files(&node);
+    assert_eq!(files.len(), 2, "{files:?}");
+}
+
+fn pem_files(node: &NodeDir) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(&node.cert_dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("kubelet-client-2"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[tokio::test]
+async fn default_jitter_rotates_between_70_and_80_percent() {
+    let ttl = Duration::from_secs(10);
+    let tp = plane(10).await;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let mut events = tp.events();
+    let agent = Agent::spawn(&args(&node, "jit", &[]));
+    next_csr(&mut events).await;
+    let not_after = next_issued(&mut events).await;
+    let (_, _, at) = next_csr(&mut events).await;
+    let f = fraction_at(not_after, ttl, at);
+    assert!((0.69..=0.81).contains(&f), "rotated at {f:.3}");
+    let line = agent.wait_for_log("rotation scheduled").await;
+    assert!(line.contains("rotate_at"), "{line}");
+    agent.terminate().await;
+}
+
+#[tokio::test]
+async fn a_restart_in_the_middle_of_a_rotation_finds_the_same_csr() {
+    let tp = plane(6).await;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let mut events = tp.events();
+    let agent = Agent::spawn(&args(&node, "crash", &[]));
+    next_csr(&mut events).await;
+    next_issued(&mut events).await;
+    tp.set_approval(Approval::Manual);
+    let (name, user, _) = next_csr(&mut events).await;
+    assert_eq!(user, "system:node:crash");
+    agent.kill().await;
+
+    let agent = Agent::spawn(&args(&node, "crash", &[]));
+    agent.wait_for_log("adopted the CSR").await;
+    tp.approve(&name).unwrap();
+    agent.wait_for_log("client certificate rotated").await;
+    agent.terminate().await;
+    assert_eq!(
+        tp.csrs().len(),
+        2,
+        "bootstrap CSR + one rotation CSR, never a second"
+    );
+}
+
+#[tokio::test]
+async fn an_expired_certificate_falls_back_to_bootstrap() {
+    let tp = plane(4).await;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let mut events = tp.events();
+    let agent = Agent::spawn(&args(&node, "expiry", &["--csr-timeout", "10m"]));
+    next_csr(&mut events).await;
+    next_issued(&mut events).await;
+    // The rotation CSR is never approved; the certificate runs out.
+    tp.set_approval(Approval::Manual);
+    let (_, user, _) = next_csr(&mut events).await;
+    assert_eq!(user, "system:node:expiry");
+    agent
+        .wait_for_log("falling back to the bootstrap kubeconfig")
+        .await;
+    let (name, user, _) = next_csr(&mut events).await;
+    assert!(
+        user.starts_with("system:bootstrap:"),
+        "fallback CSR by the token: {user}"
+    );
+    tp.approve(&name).unwrap();
+    agent.wait_for_log("client certificate rotated").await;
+    let (status, log) = agent.terminate().await;
+    assert!(status.success(), "{log}");
+    assert!(
+        log.lines()
+            .any(|l| l.contains("ERROR") && l.contains("falling back")),
+        "{log}"
+    );
+}
+
+#[tokio::test]
+async fn a_denied_rotation_keeps_the_current_certificate_in_use() {
+    let tp = plane(8).await;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let mut events = tp.events();
+    let agent = Agent::spawn(&args(&node, "denied", &[]));
+    next_csr(&mut events).await;
+    next_issued(&mut events).await;
+    let before = std::fs::read_link(node.current()).unwrap();
+    tp.set_approval(Approval::Deny {
+        reason: "NoRotation".into(),
+    });
+    next_csr(&mut events).await;
+    agent
+        .wait_for_log("rotation failed; the current certificate stays in use")
+        .await;
+    // The Lease goes on with the old certificate.
+    let renewed_after = SystemTime::now();
+    wait_event(&mut events, |e| {
+        matches!(e, Event::LeaseRenewed { name, .. } if name == "denied").then_some(())
+    })
+    .await;
+    assert!(SystemTime::now() >= renewed_after);
+    assert_eq!(std::fs::read_link(node.current()).unwrap(), before);
+    let (status, log) = agent.terminate().await;
+    assert!(status.success(), "{log}");
+    assert!(
+        tp.csrs().len() <= 4,
+        "backed off, no tight loop: {}",
+        tp.csrs().len()
+    );
+}
+
+#[tokio::test]
+async fn an_outside_replacement_is_adopted_and_old_files_are_pruned() {
+    let tp = plane(3600).await;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let agent = Agent::spawn(&args(&node, "outside", &["--keep-certificates", "2"]));
+    agent.wait_for_log("client certificate installed").await;
+
+    // An admin drops in a certificate of their own (valid, same node) and repoints the link.
+    let (cert, key) = tp
+        .client_cert("system:node:outside", &["system:nodes"])
+        .unwrap();
+    let file = node.cert_dir.join("kubelet-client-admin.pem");
+    std::fs::write(&file, format!("{cert}{key}")).unwrap();
+    let tmp = node.cert_dir.join("current.tmp");
+    std::os::unix::fs::symlink(&file, &tmp).unwrap();
+    std::fs::rename(&tmp, node.current()).unwrap();
+    agent
+        .wait_for_log("adopting a client certificate installed outside bootlet")
+        .await;
+    agent.terminate().await;
+}
+
+#[tokio::test]
+async fn old_certificate_files_are_pruned_beyond_keep_certificates() {
+    let tp = plane(2).await;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let agent = Agent::spawn(&args(
+        &node,
+        "prune",
+        &["--keep-certificates", "2", "--rotation-jitter", "0"],
+    ));
+    agent
+        .wait_for_log_count("client certificate rotated", 3)
+        .await;
+    let (status, log) = agent.terminate().await;
+    assert!(status.success(), "{log}");
+    let files = pem_files(&node);
+    assert_eq!(files.len(), 2, "{files:?}");
+    let current = std::fs::read_link(node.current()).unwrap();
+    assert!(
+        files.iter().any(|f| current.ends_with(f)),
+        "the current file is kept"
+    );
+}
