@@ -1,1 +1,553 @@
+//! bootlet-testplane: a faithful kube-apiserver subset over real TLS on loopback, with the
+//! csrapproving and kubelet-client signing controllers, scripted faults and an evidence trail.
+//! This file owns the public Rust API (`TestPlane`, its builder and the event types) only.
+#![forbid(unsafe_code)]
 
+mod api;
+pub mod auth;
+mod controllers;
+mod faults;
+mod kubeconfig;
+pub mod pki;
+pub mod rbac;
+mod server;
+pub mod store;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use tokio::sync::broadcast;
+
+pub use faults::{FaultRequest, Faults};
+use store::{Kind, Store};
+
+/// The group kubeadm's default bootstrap tokens carry (`auth-extra-groups`).
+pub const DEFAULT_TOKEN_GROUP: &str = "system:bootstrappers:kubeadm:default-node-token";
+/// The kubelet client signer.
+pub const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+/// kube-controller-manager's default `--cluster-signing-duration` (one year).
+pub const DEFAULT_CERT_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+/// Lifetime of tokens made by `bootstrap_kubeconfig` (kubeadm's default).
+pub const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
+
+/// How kubelet-client CSRs get approved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Approval {
+    /// Like kube-controller-manager's csrapproving: approve when RBAC lets the requester
+    /// create `certificatesigningrequests/nodeclient` (or `/selfnodeclient` for renewals).
+    Auto,
+    /// Leave CSRs pending until `approve`/`deny` or `kubectl certificate approve`.
+    Manual,
+    /// Deny every new kubelet-client CSR with this reason.
+    Deny { reason: String },
+}
+
+/// How the kubelet-client signer behaves once a CSR is approved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Signer {
+    /// Sign correctly.
+    Normal,
+    /// Approved CSRs are never issued.
+    None,
+    /// Issue a certificate for a different public key.
+    WrongKey,
+    /// Issue a certificate for `system:node:wrong-node`.
+    WrongNode,
+    /// Issue a certificate signed by a CA nobody trusts.
+    WrongCa,
+}
+
+/// One served request, for the evidence trail.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestRecord {
+    pub at: SystemTime,
+    /// Connection id (see `Event::ConnectionOpened`).
+    pub conn: u64,
+    /// The authenticated user name ("" when authentication failed).
+    pub user: String,
+    /// Kubernetes verb (get, list, watch, create, update, patch, delete) or the lower-case
+    /// HTTP method for non-resource paths.
+    pub verb: String,
+    pub method: String,
+    /// Path and query.
+    pub path: String,
+    pub status: u16,
+}
+
+/// What happened, in order, for tests to await instead of sleeping.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    ConnectionOpened {
+        conn: u64,
+    },
+    TlsHandshake {
+        conn: u64,
+        alpn: Option<String>,
+        client_cn: Option<String>,
+    },
+    ConnectionClosed {
+        conn: u64,
+    },
+    CsrCreated {
+        name: String,
+        user: String,
+    },
+    CsrApproved {
+        name: String,
+    },
+    CsrDenied {
+        name: String,
+        reason: String,
+    },
+    CsrFailed {
+        name: String,
+        reason: String,
+        message: String,
+    },
+    CsrIssued {
+        name: String,
+        not_after: SystemTime,
+    },
+    LeaseCreated {
+        name: String,
+        user: String,
+        conn: u64,
+    },
+    LeaseRenewed {
+        name: String,
+        user: String,
+        renew_time: Option<jiff::Timestamp>,
+        conn: u64,
+    },
+    OutageStarted,
+    OutageEnded,
+    WatchDropped {
+        conn: u64,
+    },
+    Request(RequestRecord),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("pki: {0}")]
+    Pki(#[from] pki::PkiError),
+    #[error("tls config: {0}")]
+    Tls(#[from] rustls::Error),
+    #[error("client verifier: {0}")]
+    Verifier(#[from] rustls::server::VerifierBuilderError),
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{kind} {name:?} not found")]
+    NotFound { kind: &'static str, name: String },
+}
+
+/// Mutable knobs of the controllers.
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub approval: Approval,
+    pub signer: Signer,
+    pub cert_ttl: Duration,
+    pub max_cert_ttl: Option<Duration>,
+    pub allow_short_expiration: bool,
+}
+
+/// State shared by the listener, the handlers, the controllers and `TestPlane`.
+pub(crate) struct Shared {
+    pub store: Store,
+    pub ca: pki::Ca,
+    /// A CA nobody trusts, for `Signer::WrongCa`.
+    pub rogue_ca: pki::Ca,
+    pub settings: Mutex<Settings>,
+    pub events: broadcast::Sender<Event>,
+    pub requests: Mutex<Vec<RequestRecord>>,
+    pub faults: faults::FaultState,
+    pub verifier: Arc<dyn rustls::server::danger::ClientCertVerifier>,
+    pub next_conn: AtomicU64,
+    pub addr: SocketAddr,
+    pub admin: (String, String),
+}
+
+impl Shared {
+    pub fn emit(&self, e: Event) {
+        let _ = self.events.send(e);
+    }
+
+    pub fn settings(&self) -> Settings {
+        self.settings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+/// Builder for a `TestPlane`.
+#[derive(Debug, Clone)]
+pub struct Builder {
+    settings: Settings,
+    state_dir: Option<PathBuf>,
+    listen: SocketAddr,
+}
+
+/// A running control plane. Dropping it stops the listener; prefer `shutdown().await`.
+pub struct TestPlane {
+    shared: Arc<Shared>,
+    server: server::Handle,
+}
+
+// === impl Builder ===
+
+impl Builder {
+    /// The signer's default lifetime (`--cluster-signing-duration`); also the cap on
+    /// `expirationSeconds` unless `max_cert_ttl` is set.
+    pub fn cert_ttl(mut self, ttl: Duration) -> Self {
+        self.settings.cert_ttl = ttl;
+        self
+    }
+
+    /// Cap on a requested `expirationSeconds` (defaults to `cert_ttl`).
+    pub fn max_cert_ttl(mut self, ttl: Duration) -> Self {
+        self.settings.max_cert_ttl = Some(ttl);
+        self
+    }
+
+    pub fn approval(mut self, a: Approval) -> Self {
+        self.settings.approval = a;
+        self
+    }
+
+    pub fn signer(mut self, s: Signer) -> Self {
+        self.settings.signer = s;
+        self
+    }
+
+    /// Accept `expirationSeconds` below 600 (the real API rejects them with 422).
+    pub fn allow_short_expiration(mut self, yes: bool) -> Self {
+        self.settings.allow_short_expiration = yes;
+        self
+    }
+
+    /// Load the CA from (or write it to) `dir/ca.crt` + `dir/ca.key`.
+    pub fn state_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.state_dir = dir;
+        self
+    }
+
+    /// Listen address; default 127.0.0.1:0.
+    pub fn listen(mut self, addr: SocketAddr) -> Self {
+        self.listen = addr;
+        self
+    }
+
+    /// Generate or load the CA, seed the store, bind and start serving.
+    pub async fn start(self) -> Result<TestPlane, Error> {
+        let ca = match &self.state_dir {
+            Some(d) => pki::Ca::load_or_create(d)?,
+            None => pki::Ca::generate("kubernetes")?,
+        };
+        let rogue_ca = pki::Ca::generate("rogue-ca")?;
+        let admin = ca.client("kubernetes-admin", &["system:masters"])?;
+        let tls = server::tls_config(&ca)?;
+        let listener = server::bind(self.listen)
+            .await
+            .map_err(|source| Error::Io {
+                path: self.listen.to_string(),
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| Error::Io {
+            path: self.listen.to_string(),
+            source,
+        })?;
+        let shared = Arc::new(Shared {
+            store: Store::default(),
+            ca,
+            rogue_ca,
+            settings: Mutex::new(self.settings),
+            events: broadcast::channel(65536).0,
+            requests: Mutex::new(Vec::new()),
+            faults: faults::FaultState::default(),
+            verifier: tls.1,
+            next_conn: AtomicU64::new(1),
+            addr,
+            admin,
+        });
+        seed(&shared.store);
+        controllers::spawn(shared.clone());
+        let server = server::spawn(shared.clone(), listener, tls.0);
+        Ok(TestPlane { shared, server })
+    }
+}
+
+fn seed(store: &Store) {
+    let (roles, bindings) = rbac::default_roles();
+    for r in roles {
+        let _ = store.create(Kind::ClusterRole, "", to_value(&r));
+    }
+    for b in bindings {
+        let _ = store.create(Kind::ClusterRoleBinding, "", to_value(&b));
+    }
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        let n = k8s_openapi::api::core::v1::Namespace {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(ns.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let _ = store.create(Kind::Namespace, "", to_value(&n));
+    }
+}
+
+pub(crate) fn to_value<T: serde::Serialize>(t: &T) -> serde_json::Value {
+    serde_json::to_value(t).expect("k8s-openapi types serialize")
+}
+
+// === impl TestPlane ===
+
+impl TestPlane {
+    pub fn builder() -> Builder {
+        Builder {
+            settings: Settings {
+                approval: Approval::Auto,
+                signer: Signer::Normal,
+                cert_ttl: DEFAULT_CERT_TTL,
+                max_cert_ttl: None,
+                allow_short_expiration: false,
+            },
+            state_dir: None,
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        }
+    }
+
+    /// "https://127.0.0.1:PORT"
+    pub fn url(&self) -> String {
+        format!("https://{}", self.shared.addr)
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.shared.addr
+    }
+
+    /// The cluster CA certificate (PEM).
+    pub fn ca_pem(&self) -> String {
+        self.shared.ca.cert_pem().to_string()
+    }
+
+    /// Create a bootstrap-token Secret (auth-extra-groups = kubeadm's default-node-token
+    /// group); `ttl` None means no expiration. Returns "id.secret".
+    pub fn create_token(&self, ttl: Option<Duration>) -> String {
+        faults::create_token(&self.shared.store, ttl, &[DEFAULT_TOKEN_GROUP])
+    }
+
+    /// Like `create_token` with explicit extra groups.
+    pub fn create_token_with_groups(&self, ttl: Option<Duration>, groups: &[&str]) -> String {
+        faults::create_token(&self.shared.store, ttl, groups)
+    }
+
+    /// A bootstrap kubeconfig (YAML) with a fresh token valid for 24 h and the CA embedded.
+    pub fn bootstrap_kubeconfig(&self) -> String {
+        let t = self.create_token(Some(DEFAULT_TOKEN_TTL));
+        self.kubeconfig_for_token(&t)
+    }
+
+    pub fn kubeconfig_for_token(&self, token: &str) -> String {
+        kubeconfig::with_token(
+            &self.url(),
+            self.shared.ca.cert_pem(),
+            "kubelet-bootstrap",
+            token,
+        )
+    }
+
+    /// kubeconfig for `kubernetes-admin` (O system:masters), client cert and key embedded.
+    pub fn admin_kubeconfig(&self) -> String {
+        let (c, k) = &self.shared.admin;
+        kubeconfig::with_cert(
+            &self.url(),
+            self.shared.ca.cert_pem(),
+            "kubernetes-admin",
+            c,
+            k,
+        )
+    }
+
+    /// A client certificate from the cluster CA for any identity: (cert PEM, key PEM).
+    pub fn client_cert(&self, cn: &str, groups: &[&str]) -> Result<(String, String), Error> {
+        Ok(self.shared.ca.client(cn, groups)?)
+    }
+
+    /// Write `admin.conf` and `bootstrap-kubelet.conf` (fresh token) into `dir` (0600).
+    pub fn write_state(&self, dir: &Path) -> Result<(), Error> {
+        kubeconfig::write(&dir.join("admin.conf"), &self.admin_kubeconfig())?;
+        kubeconfig::write(
+            &dir.join("bootstrap-kubelet.conf"),
+            &self.bootstrap_kubeconfig(),
+        )
+    }
+
+    /// Set the token's expiration to now: it fails authentication from the next request on.
+    pub fn expire_token(&self, id: &str) -> Result<(), Error> {
+        faults::expire_token(&self.shared.store, id)
+    }
+
+    pub fn delete_token(&self, id: &str) -> Result<(), Error> {
+        faults::delete_token(&self.shared.store, id)
+    }
+
+    pub fn set_approval(&self, a: Approval) {
+        self.shared
+            .settings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .approval = a;
+        controllers::resync(&self.shared);
+    }
+
+    pub fn set_signer(&self, s: Signer) {
+        self.shared
+            .settings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .signer = s;
+        controllers::resync(&self.shared);
+    }
+
+    /// Approve a CSR as an administrator would.
+    pub fn approve(&self, name: &str) -> Result<(), Error> {
+        controllers::set_condition(
+            &self.shared,
+            name,
+            "Approved",
+            "TestPlaneApprove",
+            "approved by the test",
+        )
+    }
+
+    pub fn deny(&self, name: &str, reason: &str) -> Result<(), Error> {
+        controllers::set_condition(&self.shared, name, "Denied", reason, "denied by the test")
+    }
+
+    pub fn csrs(&self) -> Vec<CertificateSigningRequest> {
+        self.typed_list(Kind::Csr, None)
+    }
+
+    pub fn csr(&self, name: &str) -> Option<CertificateSigningRequest> {
+        let v = self.shared.store.get(Kind::Csr, "", name)?;
+        serde_json::from_value(v).ok()
+    }
+
+    pub fn lease(&self, ns: &str, name: &str) -> Option<Lease> {
+        serde_json::from_value(self.shared.store.get(Kind::Lease, ns, name)?).ok()
+    }
+
+    pub fn leases(&self, ns: &str) -> Vec<Lease> {
+        self.typed_list(Kind::Lease, Some(ns))
+    }
+
+    pub fn node(&self, name: &str) -> Option<Node> {
+        serde_json::from_value(self.shared.store.get(Kind::Node, "", name)?).ok()
+    }
+
+    /// Create a Node object; returns its uid.
+    pub fn create_node(&self, name: &str) -> String {
+        let n = Node {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let v = self
+            .shared
+            .store
+            .create(Kind::Node, "", to_value(&n))
+            .or_else(|_| self.shared.store.get(Kind::Node, "", name).ok_or(()))
+            .unwrap_or_default();
+        store::meta_str(&v, "uid").to_string()
+    }
+
+    /// Delete a ClusterRoleBinding (as `kubectl delete clusterrolebinding` would).
+    pub fn delete_cluster_role_binding(&self, name: &str) -> Result<(), Error> {
+        self.shared
+            .store
+            .delete(Kind::ClusterRoleBinding, "", name)
+            .map(drop)
+            .map_err(|_| Error::NotFound {
+                kind: "ClusterRoleBinding",
+                name: name.into(),
+            })
+    }
+
+    /// Forget the watch history: a watch from any older resourceVersion gets 410 Expired.
+    pub fn compact(&self) {
+        self.shared.store.compact();
+    }
+
+    /// The current global resourceVersion.
+    pub fn resource_version(&self) -> u64 {
+        self.shared.store.current_rv()
+    }
+
+    /// Subscribe to events from now on.
+    pub fn events(&self) -> broadcast::Receiver<Event> {
+        self.shared.events.subscribe()
+    }
+
+    /// Every request served so far, oldest first.
+    pub fn requests(&self) -> Vec<RequestRecord> {
+        self.shared
+            .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    pub fn faults(&self) -> Faults {
+        Faults::new(self.shared.clone())
+    }
+
+    /// Stop listening and drop every connection.
+    pub async fn shutdown(self) {
+        self.server.shutdown().await;
+    }
+
+    fn typed_list<T: serde::de::DeserializeOwned>(&self, kind: Kind, ns: Option<&str>) -> Vec<T> {
+        let (items, _) = self.shared.store.list(kind, ns);
+        items
+            .into_iter()
+            .filter_map(|v| serde_json::from_value(v).ok())
+            .collect()
+    }
+}
+
+/// Wait (bounded) for the first event matching `f`; `None` on timeout or a closed channel.
+pub async fn wait_for<T>(
+    rx: &mut broadcast::Receiver<Event>,
+    within: Duration,
+    mut f: impl FnMut(&Event) -> Option<T>,
+) -> Option<T> {
+    tokio::time::timeout(within, async {
+        loop {
+            match rx.recv().await {
+                Ok(e) => {
+                    if let Some(t) = f(&e) {
+                        return Some(t);
+                    }
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
+    .await
+    .ok()
+    .flatten()
+}

@@ -1,1 +1,149 @@
-fn main() {}
+//! `bootlet-testplane serve`: the standalone control plane for kubectl and manual doctor runs.
+//! Writes DIR/admin.conf and DIR/bootstrap-kubelet.conf before serving, prints the URL, and runs
+//! until SIGTERM/SIGINT.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use testplane::{Approval, TestPlane};
+
+#[derive(Parser)]
+#[command(
+    name = "bootlet-testplane",
+    about = "A kube-apiserver subset for testing bootlet"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Serve until SIGTERM/SIGINT.
+    Serve {
+        #[arg(long, default_value = "127.0.0.1:6443")]
+        listen: SocketAddr,
+        /// CA, admin.conf and bootstrap-kubelet.conf live here.
+        #[arg(long)]
+        state_dir: PathBuf,
+        /// Signer lifetime (Go-style: 30s, 10m, 1h, 24h).
+        #[arg(long, default_value = "8760h", value_parser = parse_duration)]
+        cert_ttl: Duration,
+        #[arg(long, value_enum, default_value = "auto")]
+        approve: Mode,
+        /// Accept expirationSeconds below 600.
+        #[arg(long)]
+        allow_short_expiration: bool,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Mode {
+    Auto,
+    Manual,
+    Deny,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let mut total = 0f64;
+    let mut num = String::new();
+    let mut rest = s;
+    if s == "0" {
+        return Ok(Duration::ZERO);
+    }
+    while !rest.is_empty() {
+        let c = rest.chars().next().unwrap_or_default();
+        if c.is_ascii_digit() || c == '.' {
+            num.push(c);
+            rest = &rest[1..];
+            continue;
+        }
+        let (unit, mult) = [("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0)]
+            .into_iter()
+            .find(|(u, _)| rest.starts_with(u))
+            .ok_or_else(|| format!("invalid duration {s:?}"))?;
+        let n: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
+        total += n * mult;
+        num.clear();
+        rest = &rest[unit.len()..];
+    }
+    if !num.is_empty() {
+        return Err(format!("invalid duration {s:?}: missing unit"));
+    }
+    Ok(Duration::from_secs_f64(total))
+}
+
+#[tokio::main]
+async fn main() {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .init();
+    let Cmd::Serve {
+        listen,
+        state_dir,
+        cert_ttl,
+        approve,
+        allow_short_expiration,
+    } = Cli::parse().cmd;
+    let approval = match approve {
+        Mode::Auto => Approval::Auto,
+        Mode::Manual => Approval::Manual,
+        Mode::Deny => Approval::Deny {
+            reason: "DeniedByTestplane".into(),
+        },
+    };
+    // start() binds before anything is written, but accepts nothing useful until the files
+    // exist: the kubeconfigs are written before the URL is printed.
+    let tp = match TestPlane::builder()
+        .listen(listen)
+        .state_dir(Some(state_dir.clone()))
+        .cert_ttl(cert_ttl)
+        .approval(approval)
+        .allow_short_expiration(allow_short_expiration)
+        .start()
+        .await
+    {
+        Ok(tp) => tp,
+        Err(e) => {
+            eprintln!("bootlet-testplane: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = tp.write_state(&state_dir) {
+        eprintln!("bootlet-testplane: {e}");
+        std::process::exit(1);
+    }
+    println!("{}", tp.url());
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("bootlet-testplane: SIGTERM handler: {e}");
+            std::process::exit(1);
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+    tp.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn durations() {
+        use std::time::Duration;
+        assert_eq!(
+            super::parse_duration("1h30m"),
+            Ok(Duration::from_secs(5400))
+        );
+        assert_eq!(
+            super::parse_duration("500ms"),
+            Ok(Duration::from_millis(500))
+        );
+        assert!(super::parse_duration("10").is_err());
+    }
+}

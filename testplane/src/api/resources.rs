@@ -1,0 +1,365 @@
+//! Generic resource verbs (get, list, create, update, patch, delete) over the store, with every
+//! body round-tripped through its k8s-openapi type, plus the Lease evidence events.
+//! CSR-specific rules are in `csr.rs`, watches in `watch.rs`.
+
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, ObjectMeta, Status, StatusDetails};
+use serde_json::Value;
+
+use super::{csr, json, table, unknown, watch, ApiError, Ctx, Resp};
+use crate::store::{meta_mut, meta_str, Kind};
+use crate::Event;
+
+/// Run `$body` with `$t` bound to the k8s-openapi type of `$kind`.
+macro_rules! by_kind {
+    ($kind:expr, $t:ident => $body:expr) => {
+        match $kind {
+            Kind::Csr => {
+                type $t = CertificateSigningRequest;
+                $body
+            }
+            Kind::Lease => {
+                type $t = Lease;
+                $body
+            }
+            Kind::Node => {
+                type $t = Node;
+                $body
+            }
+            Kind::Secret => {
+                type $t = Secret;
+                $body
+            }
+            Kind::Namespace => {
+                type $t = Namespace;
+                $body
+            }
+            Kind::ClusterRole => {
+                type $t = ClusterRole;
+                $body
+            }
+            Kind::ClusterRoleBinding => {
+                type $t = ClusterRoleBinding;
+                $body
+            }
+        }
+    };
+}
+
+/// Which verbs each kind serves (anything else is the strict 404).
+fn allowed(kind: Kind, verb: &str, sub: &str) -> bool {
+    if !sub.is_empty() {
+        return kind == Kind::Csr
+            && matches!(sub, "approval" | "status")
+            && matches!(verb, "get" | "update");
+    }
+    let verbs: &[&str] = match kind {
+        Kind::Namespace => &["get", "list", "watch"],
+        Kind::ClusterRole | Kind::ClusterRoleBinding => {
+            &["get", "list", "watch", "create", "delete"]
+        }
+        Kind::Secret => &["get", "list", "watch", "create", "update", "delete"],
+        Kind::Csr => &["get", "list", "watch", "create", "update", "delete"],
+        Kind::Lease | Kind::Node => &[
+            "get", "list", "watch", "create", "update", "patch", "delete",
+        ],
+    };
+    verbs.contains(&verb)
+}
+
+pub async fn serve(
+    ctx: &Ctx,
+    verb: &str,
+    kind: Kind,
+    ns: &str,
+    name: &str,
+    sub: &str,
+) -> Result<Resp, ApiError> {
+    if !allowed(kind, verb, sub) {
+        return Ok(unknown(ctx));
+    }
+    match verb {
+        "get" => get(ctx, kind, ns, name),
+        "list" => list(ctx, kind, ns),
+        "watch" => watch::serve(ctx, kind, ns, name),
+        "create" => create(ctx, kind, ns),
+        "update" => update(ctx, kind, ns, name, sub),
+        "patch" => patch(ctx, kind, ns, name),
+        "delete" => delete(ctx, kind, ns, name),
+        _ => Ok(unknown(ctx)),
+    }
+}
+
+/// Decode into the k8s-openapi type and back: unknown fields dropped, wrong kinds refused.
+pub fn normalize(kind: Kind, v: Value) -> Result<Value, ApiError> {
+    by_kind!(kind, T => serde_json::from_value::<T>(v)
+        .map(|t| crate::to_value(&t))
+        .map_err(|e| ApiError::bad_request(format!("request body is not a valid {}: {e}", kind.info().kind))))
+}
+
+pub fn body_json(ctx: &Ctx) -> Result<Value, ApiError> {
+    if ctx.content_type.contains("protobuf") || ctx.content_type.contains("yaml") {
+        return Err(ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            format!("the body of the request was in an unknown format - accepted media types include: application/json, application/merge-patch+json (got {})", ctx.content_type),
+        ));
+    }
+    serde_json::from_slice(&ctx.body)
+        .map_err(|e| ApiError::bad_request(format!("the request body is not JSON: {e}")))
+}
+
+fn get(ctx: &Ctx, kind: Kind, ns: &str, name: &str) -> Result<Resp, ApiError> {
+    let obj = ctx
+        .shared
+        .store
+        .get(kind, ns, name)
+        .ok_or_else(|| ApiError::not_found(kind, name))?;
+    if ctx.wants_table() {
+        return Ok(json(200, &table::table(kind, vec![obj], None)));
+    }
+    Ok(json(200, &obj))
+}
+
+/// `fieldSelector` support: metadata.name and metadata.namespace equality.
+pub fn field_filter(ctx: &Ctx) -> Result<Vec<(String, String)>, ApiError> {
+    let mut out = vec![];
+    for term in ctx
+        .q("fieldSelector")
+        .unwrap_or("")
+        .split(',')
+        .filter(|s| !s.is_empty())
+    {
+        let (k, v) = term
+            .split_once("==")
+            .or_else(|| term.split_once('='))
+            .ok_or_else(|| ApiError::bad_request(format!("invalid selector: '{term}'")))?;
+        if !matches!(k, "metadata.name" | "metadata.namespace") {
+            return Err(ApiError::bad_request(format!(
+                "field label not supported: {k}"
+            )));
+        }
+        out.push((k.trim_start_matches("metadata.").to_string(), v.to_string()));
+    }
+    Ok(out)
+}
+
+pub fn matches(obj: &Value, filter: &[(String, String)]) -> bool {
+    filter.iter().all(|(k, v)| meta_str(obj, k) == v)
+}
+
+fn list(ctx: &Ctx, kind: Kind, ns: &str) -> Result<Resp, ApiError> {
+    let filter = field_filter(ctx)?;
+    let (items, rv) = ctx.shared.store.list(kind, (!ns.is_empty()).then_some(ns));
+    let items: Vec<Value> = items.into_iter().filter(|o| matches(o, &filter)).collect();
+    if ctx.wants_table() {
+        return Ok(json(200, &table::table(kind, items, Some(rv))));
+    }
+    let list = by_kind!(kind, T => crate::to_value(&k8s_openapi::List::<T> {
+        items: items.into_iter().filter_map(|v| serde_json::from_value(v).ok()).collect(),
+        metadata: ListMeta { resource_version: Some(rv.to_string()), ..Default::default() },
+    }));
+    Ok(json(200, &list))
+}
+
+fn random_suffix() -> String {
+    use rand::Rng;
+    const A: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut r = rand::rng();
+    (0..5)
+        .map(|_| A[r.random_range(0..A.len())] as char)
+        .collect()
+}
+
+fn check_namespace(ctx: &Ctx, kind: Kind, ns: &str, obj: &mut Value) -> Result<(), ApiError> {
+    if !kind.info().namespaced {
+        return Ok(());
+    }
+    let given = meta_str(obj, "namespace");
+    if !given.is_empty() && given != ns {
+        return Err(ApiError::bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request",
+        ));
+    }
+    if ctx.shared.store.get(Kind::Namespace, "", ns).is_none() {
+        return Err(ApiError::not_found(Kind::Namespace, ns));
+    }
+    meta_mut(obj).insert("namespace".into(), ns.into());
+    Ok(())
+}
+
+fn create(ctx: &Ctx, kind: Kind, ns: &str) -> Result<Resp, ApiError> {
+    let mut obj = body_json(ctx)?;
+    if meta_str(&obj, "name").is_empty() {
+        let gen = meta_str(&obj, "generateName").to_string();
+        if gen.is_empty() {
+            return Err(ApiError::invalid(
+                kind,
+                "",
+                vec![(
+                    "metadata.name".into(),
+                    "FieldValueRequired",
+                    "Required value: name or generateName is required".into(),
+                )],
+            ));
+        }
+        meta_mut(&mut obj).insert("name".into(), format!("{gen}{}", random_suffix()).into());
+    }
+    check_namespace(ctx, kind, ns, &mut obj)?;
+    let name = meta_str(&obj, "name").to_string();
+    let obj = match kind {
+        Kind::Csr => csr::prepare_create(ctx, normalize(kind, obj)?)?,
+        _ => normalize(kind, obj)?,
+    };
+    let stored = ctx
+        .shared
+        .store
+        .create(kind, ns, obj)
+        .map_err(|e| ApiError::from_store(e, kind, &name))?;
+    let user = ctx.user.name.clone();
+    match kind {
+        Kind::Csr => ctx.shared.emit(Event::CsrCreated { name, user }),
+        Kind::Lease => ctx.shared.emit(Event::LeaseCreated {
+            name,
+            user,
+            conn: ctx.conn,
+        }),
+        _ => {}
+    }
+    Ok(json(201, &stored))
+}
+
+fn check_name(obj: &Value, name: &str) -> Result<(), ApiError> {
+    let got = meta_str(obj, "name");
+    if got != name {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({got}) does not match the name on the URL ({name})"
+        )));
+    }
+    Ok(())
+}
+
+fn update(ctx: &Ctx, kind: Kind, ns: &str, name: &str, sub: &str) -> Result<Resp, ApiError> {
+    let mut obj = body_json(ctx)?;
+    check_name(&obj, name)?;
+    check_namespace(ctx, kind, ns, &mut obj)?;
+    let obj = normalize(kind, obj)?;
+    if kind == Kind::Csr {
+        return csr::update(ctx, name, sub, obj);
+    }
+    if kind == Kind::Lease && ctx.shared.faults.take_lease_conflict() {
+        return Err(ApiError::conflict(kind, name));
+    }
+    let stored = ctx
+        .shared
+        .store
+        .update(kind, ns, obj)
+        .map_err(|e| ApiError::from_store(e, kind, name))?;
+    lease_renewed(ctx, kind, name, &stored);
+    Ok(json(200, &stored))
+}
+
+fn lease_renewed(ctx: &Ctx, kind: Kind, name: &str, stored: &Value) {
+    if kind != Kind::Lease {
+        return;
+    }
+    let renew_time = serde_json::from_value::<Lease>(stored.clone())
+        .ok()
+        .and_then(|l| l.spec?.renew_time)
+        .map(|t| t.0);
+    ctx.shared.emit(Event::LeaseRenewed {
+        name: name.into(),
+        user: ctx.user.name.clone(),
+        renew_time,
+        conn: ctx.conn,
+    });
+}
+
+/// RFC 7386 JSON merge patch (strategic merge patches of these kinds behave the same).
+pub fn merge_patch(target: &mut Value, patch: &Value) {
+    match patch {
+        Value::Object(p) => {
+            if !target.is_object() {
+                *target = Value::Object(Default::default());
+            }
+            let t = target.as_object_mut().expect("just made an object");
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        other => *target = other.clone(),
+    }
+}
+
+fn patch(ctx: &Ctx, kind: Kind, ns: &str, name: &str) -> Result<Resp, ApiError> {
+    if ctx.content_type.contains("json-patch+json") || ctx.content_type.contains("apply-patch") {
+        return Err(ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            format!("unsupported patch type {}", ctx.content_type),
+        ));
+    }
+    let p = body_json(ctx)?;
+    if kind == Kind::Lease && ctx.shared.faults.take_lease_conflict() {
+        return Err(ApiError::conflict(kind, name));
+    }
+    let mut bad = None;
+    let stored = ctx
+        .shared
+        .store
+        .update_with(kind, ns, name, |old| {
+            let want = meta_str(&p, "resourceVersion");
+            if !want.is_empty() && want != meta_str(old, "resourceVersion") {
+                return Err(crate::store::StoreError::Conflict);
+            }
+            let mut v = old.clone();
+            merge_patch(&mut v, &p);
+            for k in ["name", "namespace", "uid", "creationTimestamp"] {
+                meta_mut(&mut v).insert(k.into(), old["metadata"][k].clone());
+            }
+            normalize(kind, v).map_err(|e| {
+                bad = Some(e);
+                crate::store::StoreError::Conflict
+            })
+        })
+        .map_err(|e| {
+            bad.take()
+                .unwrap_or_else(|| ApiError::from_store(e, kind, name))
+        })?;
+    lease_renewed(ctx, kind, name, &stored);
+    Ok(json(200, &stored))
+}
+
+fn delete(ctx: &Ctx, kind: Kind, ns: &str, name: &str) -> Result<Resp, ApiError> {
+    let old = ctx
+        .shared
+        .store
+        .delete(kind, ns, name)
+        .map_err(|e| ApiError::from_store(e, kind, name))?;
+    let i = kind.info();
+    let st = Status {
+        status: Some("Success".into()),
+        details: Some(StatusDetails {
+            name: Some(name.into()),
+            group: Some(i.group.into()),
+            kind: Some(i.resource.into()),
+            uid: Some(meta_str(&old, "uid").into()),
+            ..Default::default()
+        }),
+        metadata: ListMeta::default(),
+        ..Default::default()
+    };
+    Ok(json(200, &st))
+}
+
+/// ObjectMeta of a stored object (for tables).
+pub fn object_meta(v: &Value) -> ObjectMeta {
+    serde_json::from_value(v["metadata"].clone()).unwrap_or_default()
+}

@@ -1,0 +1,326 @@
+//! Scripted faults (outage, 500s, 429s, delay, skewed Date, one-off Lease conflict, dropped
+//! watch, token expiry/deletion), driven from Rust (`Faults`) or from the admin-only
+//! `POST /testplane/faults` (`FaultRequest`). Also the bootstrap-token Secret helpers.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::ByteString;
+use serde::Deserialize;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::server::Command;
+use crate::store::{Kind, Store};
+use crate::{Error, Shared};
+
+#[derive(Default, Debug, Clone)]
+struct Inner {
+    fail_next: u32,
+    fail_status: u16,
+    throttle_next: u32,
+    retry_after: u64,
+    delay: Duration,
+    skew_secs: i64,
+    lease_conflict_once: bool,
+    watch_drop_after: Option<usize>,
+}
+
+/// The live fault switches, read by every request.
+#[derive(Default)]
+pub struct FaultState {
+    inner: Mutex<Inner>,
+    cmds: Mutex<Option<mpsc::Sender<Command>>>,
+}
+
+/// An injected failure for one request.
+pub enum Injected {
+    Fail(u16),
+    Throttle(u64),
+}
+
+// === impl FaultState ===
+
+impl FaultState {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn set_commands(&self, tx: mpsc::Sender<Command>) {
+        *self.cmds.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+    }
+
+    pub fn delay(&self) -> Duration {
+        self.lock().delay
+    }
+
+    pub fn skew_secs(&self) -> i64 {
+        self.lock().skew_secs
+    }
+
+    /// Consume one scripted 500 or 429, if any is pending.
+    pub fn take_injected(&self) -> Option<Injected> {
+        let mut g = self.lock();
+        if g.fail_next > 0 {
+            g.fail_next -= 1;
+            return Some(Injected::Fail(g.fail_status));
+        }
+        if g.throttle_next > 0 {
+            g.throttle_next -= 1;
+            return Some(Injected::Throttle(g.retry_after));
+        }
+        None
+    }
+
+    pub fn take_lease_conflict(&self) -> bool {
+        std::mem::take(&mut self.lock().lease_conflict_once)
+    }
+
+    /// The event budget of the next watch, consumed.
+    pub fn take_watch_drop(&self) -> Option<usize> {
+        self.lock().watch_drop_after.take()
+    }
+}
+
+/// Fault switches, as one JSON object for `POST /testplane/faults` (all fields optional,
+/// camelCase): `{"outageSeconds": 2}`, `{"failNext": 3, "failStatus": 500}`,
+/// `{"throttleNext": 2, "retryAfterSeconds": 1}`, `{"delayMs": 200}`, `{"skewDateSeconds": 3600}`,
+/// `{"leaseConflictOnce": true}`, `{"watchDropAfter": 1}`, `{"expireToken": "abcdef"}`,
+/// `{"deleteToken": "abcdef"}`, `{"compact": true}`, `{"clear": true}`.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FaultRequest {
+    pub clear: Option<bool>,
+    pub outage_seconds: Option<f64>,
+    pub fail_next: Option<u32>,
+    pub fail_status: Option<u16>,
+    pub throttle_next: Option<u32>,
+    pub retry_after_seconds: Option<u64>,
+    pub delay_ms: Option<u64>,
+    pub skew_date_seconds: Option<i64>,
+    pub lease_conflict_once: Option<bool>,
+    pub watch_drop_after: Option<usize>,
+    pub expire_token: Option<String>,
+    pub delete_token: Option<String>,
+    pub compact: Option<bool>,
+}
+
+/// Handle for scripting faults from a test.
+#[derive(Clone)]
+pub struct Faults {
+    shared: Arc<Shared>,
+}
+
+// === impl Faults ===
+
+impl Faults {
+    pub(crate) fn new(shared: Arc<Shared>) -> Faults {
+        Faults { shared }
+    }
+
+    fn with(&self, f: impl FnOnce(&mut Inner)) {
+        f(&mut self.shared.faults.lock());
+    }
+
+    /// Stop accepting and drop every open connection; returns once that is done. The
+    /// listener comes back on the same port after `dur` (`Event::OutageEnded`).
+    pub async fn outage(&self, dur: Duration) {
+        let tx = self
+            .shared
+            .faults
+            .cmds
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(tx) = tx {
+            let (ack, done) = oneshot::channel();
+            if tx.send(Command::Outage(dur, ack)).await.is_ok() {
+                let _ = done.await;
+            }
+        }
+    }
+
+    /// The next `n` requests get `status` (e.g. 500) with an InternalError Status.
+    pub fn fail_next(&self, n: u32, status: u16) {
+        self.with(|i| {
+            i.fail_next = n;
+            i.fail_status = status;
+        });
+    }
+
+    /// The next `n` requests get 429 TooManyRequests with `Retry-After` (whole seconds).
+    pub fn throttle_next(&self, n: u32, retry_after: Duration) {
+        self.with(|i| {
+            i.throttle_next = n;
+            i.retry_after = retry_after.as_secs().max(1);
+        });
+    }
+
+    /// Every request waits `d` before it is handled (zero turns it off).
+    pub fn delay(&self, d: Duration) {
+        self.with(|i| i.delay = d);
+    }
+
+    /// Every `Date` header is off by `secs` (positive: server clock ahead).
+    pub fn skew_date(&self, secs: i64) {
+        self.with(|i| i.skew_secs = secs);
+    }
+
+    /// The next Lease update gets 409 Conflict even with a fresh resourceVersion.
+    pub fn lease_conflict_once(&self) {
+        self.with(|i| i.lease_conflict_once = true);
+    }
+
+    /// The next watch closes its stream after sending `n` events.
+    pub fn watch_drop_after(&self, n: usize) {
+        self.with(|i| i.watch_drop_after = Some(n));
+    }
+
+    pub fn expire_token(&self, id: &str) -> Result<(), Error> {
+        expire_token(&self.shared.store, id)
+    }
+
+    pub fn delete_token(&self, id: &str) -> Result<(), Error> {
+        delete_token(&self.shared.store, id)
+    }
+
+    /// Turn every switch off.
+    pub fn clear(&self) {
+        self.with(|i| *i = Inner::default());
+    }
+
+    /// Apply a JSON fault request (the admin HTTP path uses this).
+    pub async fn apply(&self, r: FaultRequest) -> Result<(), Error> {
+        if r.clear == Some(true) {
+            self.clear();
+        }
+        if let Some(n) = r.fail_next {
+            self.fail_next(n, r.fail_status.unwrap_or(500));
+        }
+        if let Some(n) = r.throttle_next {
+            self.throttle_next(n, Duration::from_secs(r.retry_after_seconds.unwrap_or(1)));
+        }
+        if let Some(ms) = r.delay_ms {
+            self.delay(Duration::from_millis(ms));
+        }
+        if let Some(s) = r.skew_date_seconds {
+            self.skew_date(s);
+        }
+        if r.lease_conflict_once == Some(true) {
+            self.lease_conflict_once();
+        }
+        if let Some(n) = r.watch_drop_after {
+            self.watch_drop_after(n);
+        }
+        if let Some(id) = &r.expire_token {
+            self.expire_token(id)?;
+        }
+        if let Some(id) = &r.delete_token {
+            self.delete_token(id)?;
+        }
+        if r.compact == Some(true) {
+            self.shared.store.compact();
+        }
+        if let Some(s) = r.outage_seconds {
+            // Answer the request first; the outage then drops this connection too.
+            let me = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                me.outage(Duration::from_secs_f64(s.max(0.0))).await;
+            });
+        }
+        Ok(())
+    }
+}
+
+fn random_chars(n: usize) -> String {
+    use rand::Rng;
+    const A: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let mut r = rand::rng();
+    (0..n)
+        .map(|_| A[r.random_range(0..A.len())] as char)
+        .collect()
+}
+
+/// Store a kubeadm-style bootstrap-token Secret; returns "id.secret".
+pub fn create_token(store: &Store, ttl: Option<Duration>, groups: &[&str]) -> String {
+    loop {
+        let (id, secret) = (random_chars(6), random_chars(16));
+        let mut data: BTreeMap<String, ByteString> = [
+            ("token-id", id.clone()),
+            ("token-secret", secret.clone()),
+            ("usage-bootstrap-authentication", "true".into()),
+            ("usage-bootstrap-signing", "true".into()),
+            ("description", "bootlet-testplane token".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), ByteString(v.into_bytes())))
+        .collect();
+        if !groups.is_empty() {
+            data.insert(
+                "auth-extra-groups".into(),
+                ByteString(groups.join(",").into_bytes()),
+            );
+        }
+        if let Some(ttl) = ttl {
+            let exp = jiff::Timestamp::now() + ttl;
+            let exp = exp.round(jiff::Unit::Second).unwrap_or(exp);
+            data.insert(
+                "expiration".into(),
+                ByteString(exp.to_string().into_bytes()),
+            );
+        }
+        let s = Secret {
+            metadata: ObjectMeta {
+                name: Some(format!("bootstrap-token-{id}")),
+                namespace: Some("kube-system".into()),
+                ..Default::default()
+            },
+            type_: Some("bootstrap.kubernetes.io/token".into()),
+            data: Some(data),
+            ..Default::default()
+        };
+        if store
+            .create(Kind::Secret, "kube-system", crate::to_value(&s))
+            .is_ok()
+        {
+            return format!("{id}.{secret}");
+        }
+    }
+}
+
+fn token_name(id: &str) -> String {
+    let id = id.split('.').next().unwrap_or(id);
+    format!("bootstrap-token-{id}")
+}
+
+/// Set `expiration` to now (RFC 3339).
+pub fn expire_token(store: &Store, id: &str) -> Result<(), Error> {
+    use base64::Engine;
+    let name = token_name(id);
+    let now = jiff::Timestamp::now().to_string();
+    store
+        .update_with(Kind::Secret, "kube-system", &name, |old| {
+            let mut v = old.clone();
+            v["data"]["expiration"] = base64::engine::general_purpose::STANDARD.encode(now).into();
+            Ok(v)
+        })
+        .map(drop)
+        .map_err(|_| Error::NotFound {
+            kind: "Secret",
+            name,
+        })
+}
+
+pub fn delete_token(store: &Store, id: &str) -> Result<(), Error> {
+    let name = token_name(id);
+    store
+        .delete(Kind::Secret, "kube-system", &name)
+        .map(drop)
+        .map_err(|_| Error::NotFound {
+            kind: "Secret",
+            name,
+        })
+}
