@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cargo build --quiet --bins
+cargo build --quiet --workspace --bins
 dir=${DEMO_DIR:-$(mktemp -d /tmp/bootlet-demo.XXXXXX)}
 mkdir -p "$dir/state" "$dir/node"
 

@@ -101,7 +101,7 @@ async fn a_valid_certificate_is_reused_without_a_csr_even_with_a_dead_token() {
     let before = std::fs::read_link(node.current()).unwrap();
 
     let token = token_of(&std::fs::read_to_string(&node.bootstrap).unwrap());
-    tp.expire_token(token.split('.').next().unwrap());
+    tp.expire_token(token.split('.').next().unwrap()).unwrap();
     let csrs = tp.csrs().len();
     let agent = Agent::spawn(&args(&node, "node-b", &[]));
     agent.wait_for_log("no CSR needed").await;
@@ -128,7 +128,7 @@ async fn a_restart_while_pending_adopts_the_same_csr() {
 
     let agent = Agent::spawn(&args(&node, "node-c", &[]));
     agent.wait_for_log("adopted the CSR").await;
-    tp.approve(&name);
+    tp.approve(&name).unwrap();
     agent.wait_for_log("client certificate installed").await;
     let (status, _) = agent.terminate().await;
     assert!(status.success());
@@ -228,7 +228,7 @@ async fn approved_but_not_issued_is_named() {
 async fn certificates_for_another_key_node_or_ca_are_refused() {
     for signer in [Signer::WrongKey, Signer::WrongNode, Signer::WrongCa] {
         let tp = plane(HOUR).await;
-        tp.set_signer(signer.clone());
+        tp.set_signer(signer);
         let node = NodeDir::new(&tp.bootstrap_kubeconfig());
         let agent = Agent::spawn(&args(&node, "node-g", &["--csr-backoff-min", "30s"]));
         let line = agent.wait_for_log("refused the certificate").await;
@@ -253,7 +253,7 @@ async fn a_dead_token_gives_one_clear_401_line_without_the_secret() {
     let kubeconfig = tp.bootstrap_kubeconfig();
     let token = token_of(&kubeconfig);
     let (id, secret) = token.split_once('.').unwrap();
-    tp.expire_token(id);
+    tp.expire_token(id).unwrap();
     let node = NodeDir::new(&kubeconfig);
     let agent = Agent::spawn(&args(&node, "node-h", &["--csr-backoff-min", "30s"]));
     let line = agent.wait_for_log("401").await;

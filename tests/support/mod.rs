@@ -101,7 +101,8 @@ impl Agent {
                 if std::env::var_os("BOOTLET_TEST_ECHO").is_some() {
                     eprintln!("[bootlet] {line}");
                 }
-                store.lock().unwrap().push(line.clone());
+                let mut stored = store.lock().unwrap();
+                stored.push(line.clone());
                 let _ = sender.send(line);
             }
         });
@@ -115,31 +116,39 @@ impl Agent {
 
     /// Wait until a stderr line contains `needle`; return that line.
     pub async fn wait_for_log(&self, needle: &str) -> String {
-        let mut rx = self.tx.subscribe();
-        if let Some(line) = self
-            .lines
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|l| l.contains(needle))
-        {
-            return line.clone();
-        }
+        self.wait_for_log_count(needle, 1).await
+    }
+
+    /// Wait until `n` stderr lines contain `needle`; return the `n`th.
+    pub async fn wait_for_log_count(&self, needle: &str, n: usize) -> String {
         let found = tokio::time::timeout(WAIT, async {
+            // The reader stores and broadcasts each line under this lock, so a line is
+            // either already stored here or arrives on `rx`, never both.
+            let (mut seen, mut rx) = {
+                let lines = self.lines.lock().unwrap();
+                let hits: Vec<&String> = lines.iter().filter(|l| l.contains(needle)).collect();
+                if hits.len() >= n {
+                    return hits[n - 1].clone();
+                }
+                (hits.len(), self.tx.subscribe())
+            };
             loop {
                 match rx.recv().await {
-                    Ok(line) if line.contains(needle) => return line,
-                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
-                    Err(broadcast::error::RecvError::Closed) => {
-                        return String::new();
+                    Ok(line) if line.contains(needle) => {
+                        seen += 1;
+                        if seen >= n {
+                            return line;
+                        }
                     }
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                    Err(broadcast::error::RecvError::Closed) => return String::new(),
                 }
             }
         })
         .await;
         match found {
             Ok(line) if !line.is_empty() => line,
-            _ => panic!("no log line containing {needle:?}; log:\n{}", self.log()),
+            _ => panic!("no {n} log lines containing {needle:?}; log:\n{}", self.log()),
         }
     }
 
