@@ -202,26 +202,38 @@ pub fn set_condition(
 /// One reconcile pass for CSR `name`: approve (per mode), then sign.
 pub fn reconcile(shared: &Shared, name: &str) {
     let settings = shared.settings();
-    let _ = modify(shared, name, |csr| {
-        if csr.spec.signer_name != KUBELET_CLIENT_SIGNER
-            || condition(csr, "Approved").is_some()
-            || condition(csr, "Denied").is_some()
-        {
-            return false;
-        }
-        let c = match &settings.approval {
-            Approval::Manual => return false,
-            Approval::Deny { reason } => {
-                new_condition("Denied", reason, "denied by the testplane approval mode")
+    let Some(current) = shared
+        .store
+        .get(Kind::Csr, "", name)
+        .and_then(|v| serde_json::from_value::<CertificateSigningRequest>(v).ok())
+    else {
+        return;
+    };
+    let pending = current.spec.signer_name == KUBELET_CLIENT_SIGNER
+        && condition(&current, "Approved").is_none()
+        && condition(&current, "Denied").is_none();
+    // Decide outside the store lock (the SubjectAccessReview reads the store), then apply
+    // only if nobody decided in between.
+    let decision = match &settings.approval {
+        _ if !pending => None,
+        Approval::Manual => None,
+        Approval::Deny { reason } => Some(new_condition(
+            "Denied",
+            reason,
+            "denied by the testplane approval mode",
+        )),
+        Approval::Auto => auto_approval(shared, &current)
+            .map(|msg| new_condition("Approved", "AutoApproved", msg)),
+    };
+    if let Some(c) = decision {
+        let _ = modify(shared, name, |csr| {
+            if condition(csr, "Approved").is_some() || condition(csr, "Denied").is_some() {
+                return false;
             }
-            Approval::Auto => match auto_approval(shared, csr) {
-                Some(msg) => new_condition("Approved", "AutoApproved", msg),
-                None => return false,
-            },
-        };
-        push_condition(csr, c);
-        true
-    });
+            push_condition(csr, c);
+            true
+        });
+    }
     let _ = modify(shared, name, |csr| {
         if csr.spec.signer_name != KUBELET_CLIENT_SIGNER
             || condition(csr, "Approved").is_none()

@@ -23,7 +23,10 @@ fn render(server: &str, ca_pem: &str, user: &str, auth: Value) -> String {
         "current-context": format!("{user}@testplane"),
         "preferences": {},
     });
-    serde_saphyr::to_string(&doc).expect("a JSON value renders as YAML")
+    // Plain scalars, like kubeadm writes: no folded `>-` blocks for the long base64 values.
+    let mut opts = serde_saphyr::SerializerOptions::default();
+    opts.prefer_block_scalars = false;
+    serde_saphyr::to_string_with_options(&doc, opts).expect("a JSON value renders as YAML")
 }
 
 pub fn with_token(server: &str, ca_pem: &str, user: &str, token: &str) -> String {

@@ -379,6 +379,11 @@ impl TestPlane {
         )
     }
 
+    /// The admin client certificate and key (PEM), as embedded in `admin_kubeconfig`.
+    pub fn admin_credentials(&self) -> (String, String) {
+        self.shared.admin.clone()
+    }
+
     /// A client certificate from the cluster CA for any identity: (cert PEM, key PEM).
     pub fn client_cert(&self, cn: &str, groups: &[&str]) -> Result<(String, String), Error> {
         Ok(self.shared.ca.client(cn, groups)?)

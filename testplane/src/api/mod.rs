@@ -4,6 +4,7 @@
 
 mod csr;
 mod discovery;
+mod proto;
 mod resources;
 mod table;
 mod watch;

@@ -243,7 +243,13 @@ fn check_name(obj: &Value, name: &str) -> Result<(), ApiError> {
 }
 
 fn update(ctx: &Ctx, kind: Kind, ns: &str, name: &str, sub: &str) -> Result<Resp, ApiError> {
-    let mut obj = body_json(ctx)?;
+    let mut obj = if kind == Kind::Csr && !sub.is_empty() && ctx.content_type.contains("protobuf") {
+        super::proto::decode_csr(&ctx.body).ok_or_else(|| {
+            ApiError::bad_request("unable to decode protobuf CertificateSigningRequest")
+        })?
+    } else {
+        body_json(ctx)?
+    };
     check_name(&obj, name)?;
     check_namespace(ctx, kind, ns, &mut obj)?;
     let obj = normalize(kind, obj)?;

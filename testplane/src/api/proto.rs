@@ -1,0 +1,182 @@
+//! Decoding of the one protobuf body real clients send us: kubectl 1.32 `certificate
+//! approve|deny` PUTs the CSR to `/approval` as `application/vnd.kubernetes.protobuf`. Only the
+//! fields the approval/status updates read are decoded (name, resourceVersion, conditions,
+//! certificate); the result is the JSON the k8s-openapi type would produce. Nothing is encoded.
+
+use serde_json::{json, Map, Value};
+
+/// The `k8s\0` envelope magic.
+const MAGIC: &[u8] = b"k8s\x00";
+
+/// A protobuf field: number and value (varint or length-delimited bytes).
+enum Field<'a> {
+    Varint(u64),
+    Bytes(&'a [u8]),
+}
+
+fn varint(b: &[u8], i: &mut usize) -> Option<u64> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let byte = *b.get(*i)?;
+        *i += 1;
+        v |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Some(v);
+        }
+    }
+    None
+}
+
+fn fields(b: &[u8]) -> Option<Vec<(u64, Field<'_>)>> {
+    let mut out = vec![];
+    let mut i = 0;
+    while i < b.len() {
+        let key = varint(b, &mut i)?;
+        let (num, wire) = (key >> 3, key & 7);
+        let f = match wire {
+            0 => Field::Varint(varint(b, &mut i)?),
+            2 => {
+                let len = varint(b, &mut i)? as usize;
+                let s = b.get(i..i.checked_add(len)?)?;
+                i += len;
+                Field::Bytes(s)
+            }
+            1 => {
+                i += 8;
+                continue;
+            }
+            5 => {
+                i += 4;
+                continue;
+            }
+            _ => return None,
+        };
+        out.push((num, f));
+    }
+    Some(out)
+}
+
+fn string(f: &Field<'_>) -> Option<String> {
+    match f {
+        Field::Bytes(b) => String::from_utf8(b.to_vec()).ok(),
+        Field::Varint(_) => None,
+    }
+}
+
+fn time(b: &[u8]) -> Option<Value> {
+    let mut secs = 0i64;
+    for (n, f) in fields(b)? {
+        if let (1, Field::Varint(v)) = (n, f) {
+            secs = v as i64;
+        }
+    }
+    let t = jiff::Timestamp::from_second(secs).ok()?;
+    Some(t.to_string().into())
+}
+
+fn condition(b: &[u8]) -> Option<Value> {
+    let mut c = Map::new();
+    for (n, f) in fields(b)? {
+        let key = match n {
+            1 => "type",
+            2 => "reason",
+            3 => "message",
+            6 => "status",
+            4 | 5 => {
+                let k = if n == 4 {
+                    "lastUpdateTime"
+                } else {
+                    "lastTransitionTime"
+                };
+                if let Field::Bytes(t) = f {
+                    c.insert(k.into(), time(t)?);
+                }
+                continue;
+            }
+            _ => continue,
+        };
+        c.insert(key.into(), string(&f)?.into());
+    }
+    Some(Value::Object(c))
+}
+
+/// Decode an enveloped CertificateSigningRequest into k8s JSON (partial, see module docs).
+pub fn decode_csr(body: &[u8]) -> Option<Value> {
+    let env = fields(body.strip_prefix(MAGIC)?)?;
+    let raw = env.iter().find_map(|(n, f)| match (n, f) {
+        (2, Field::Bytes(b)) => Some(*b),
+        _ => None,
+    })?;
+    let mut meta = Map::new();
+    let mut status = Map::new();
+    for (n, f) in fields(raw)? {
+        match (n, f) {
+            (1, Field::Bytes(m)) => {
+                for (mn, mf) in fields(m)? {
+                    match mn {
+                        1 => meta.insert("name".into(), string(&mf)?.into()),
+                        6 => meta.insert("resourceVersion".into(), string(&mf)?.into()),
+                        _ => None,
+                    };
+                }
+            }
+            (3, Field::Bytes(s)) => {
+                let mut conds = vec![];
+                for (sn, sf) in fields(s)? {
+                    match (sn, sf) {
+                        (1, Field::Bytes(c)) => conds.push(condition(c)?),
+                        (2, Field::Bytes(cert)) => {
+                            use base64::Engine;
+                            let b64 = base64::engine::general_purpose::STANDARD.encode(cert);
+                            status.insert("certificate".into(), b64.into());
+                        }
+                        _ => {}
+                    }
+                }
+                status.insert("conditions".into(), conds.into());
+            }
+            _ => {}
+        }
+    }
+    Some(json!({
+        "apiVersion": "certificates.k8s.io/v1",
+        "kind": "CertificateSigningRequest",
+        "metadata": meta,
+        "spec": {"request": "", "signerName": ""},
+        "status": status,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ld(n: u8, b: &[u8]) -> Vec<u8> {
+        let mut v = vec![(n << 3) | 2, b.len() as u8];
+        v.extend_from_slice(b);
+        v
+    }
+
+    #[test]
+    fn decodes_an_approval() {
+        let cond = [
+            ld(1, b"Approved"),
+            ld(6, b"True"),
+            ld(2, b"KubectlApprove"),
+            ld(4, &[8, 1]),
+        ]
+        .concat();
+        let meta = [ld(1, b"csr-1"), ld(6, b"42")].concat();
+        let csr = [ld(1, &meta), ld(3, &ld(1, &cond))].concat();
+        let body = [MAGIC.to_vec(), ld(2, &csr)].concat();
+        let v = decode_csr(&body).unwrap();
+        assert_eq!(v["metadata"]["name"], "csr-1");
+        assert_eq!(v["metadata"]["resourceVersion"], "42");
+        assert_eq!(v["status"]["conditions"][0]["type"], "Approved");
+        assert_eq!(v["status"]["conditions"][0]["status"], "True");
+        assert_eq!(
+            v["status"]["conditions"][0]["lastUpdateTime"],
+            "1970-01-01T00:00:01Z"
+        );
+    }
+}
