@@ -243,6 +243,7 @@ impl<'a> Bootstrap<'a> {
             .set_bootstrap(State::Filing { csr: name.clone() });
         tracing::info!(csr = %name, identity = %client.identity(), "requesting a client certificate");
         csr::file(client, &key, &s.node_name, &mut retry).await?;
+        tracing::info!(csr = %name, timeout = %health::human(wait_limit), "waiting for approval (approve with: kubectl certificate approve {name})");
         let since = SystemTime::now();
         let health = self.health.clone();
         let csr_name = name.clone();

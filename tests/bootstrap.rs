@@ -122,7 +122,7 @@ async fn a_restart_while_pending_adopts_the_same_csr() {
         _ => None,
     })
     .await;
-    agent.wait_for_log("waiting").await;
+    agent.wait_for_log("waiting for approval").await;
     agent.kill().await;
     assert!(node.cert_dir.join("kubelet-client.key.tmp").exists());
 

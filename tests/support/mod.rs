@@ -148,7 +148,10 @@ impl Agent {
         .await;
         match found {
             Ok(line) if !line.is_empty() => line,
-            _ => panic!("no {n} log lines containing {needle:?}; log:\n{}", self.log()),
+            _ => panic!(
+                "no {n} log lines containing {needle:?}; log:\n{}",
+                self.log()
+            ),
         }
     }
 
