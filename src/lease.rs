@@ -161,7 +161,8 @@ impl LeaseLoop {
         let mut n: u32 = 0;
         let mut failed_periods = 0u32;
         let mut probe_ok: Option<bool> = None;
-        let mut war = Backoff::new(interval, MAX_WAR_BACKOFF, 0.2).expect("interval is positive");
+        let mut war = Backoff::new(interval, MAX_WAR_BACKOFF.max(interval), 0.2)
+            .expect("interval is positive and below the cap");
         let mut war_until: Option<Instant> = None;
         let mut client = clients.borrow_and_update().clone();
         loop {
@@ -264,8 +265,11 @@ impl Renewer {
         client: &ApiClient,
         deadline: Instant,
     ) -> Result<(), RenewError> {
-        let mut quick = Backoff::new(Duration::from_millis(100), self.cfg.interval / 4, 0.2)
-            .expect("interval is positive");
+        // Retries stay well inside one period: from interval/20 (at most 100 ms) up to interval/4.
+        let min =
+            (self.cfg.interval / 20).clamp(Duration::from_millis(1), Duration::from_millis(100));
+        let mut quick = Backoff::new(min, (self.cfg.interval / 4).max(min), 0.2)
+            .expect("bounds derived from a positive interval");
         let mut attempt = 0;
         loop {
             attempt += 1;

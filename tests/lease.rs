@@ -14,11 +14,14 @@ const HOUR: Duration = Duration::from_secs(3600);
 fn args(node: &NodeDir, name: &str, interval: &str, extra: &[&str]) -> Vec<String> {
     let mut a = node.args(name);
     a.extend(
-        ["--lease-renew-interval", interval, "--lease-duration", "2s"]
+        ["--lease-renew-interval", interval]
             .iter()
             .chain(extra)
             .map(|s| s.to_string()),
     );
+    if !extra.contains(&"--lease-duration") {
+        a.extend(["--lease-duration".to_string(), "2s".to_string()]);
+    }
     a
 }
 
