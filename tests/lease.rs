@@ -90,11 +90,7 @@ async fn cadence_is_exact_with_one_request_per_renewal_over_one_connection() {
     let tolerance = interval.mul_f64(0.04) + Duration::from_millis(50);
     for (i, w) in at.windows(2).enumerate().skip(1) {
         let gap = w[1].duration_since(w[0]).unwrap();
-        let off = if gap > interval {
-            gap - interval
-        } else {
-            interval - gap
-        };
+        let off = gap.abs_diff(interval);
         assert!(off <= tolerance, "renewal {i}: gap {gap:?}");
     }
     let n = at.len() - 2;
