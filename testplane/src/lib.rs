@@ -33,6 +33,9 @@ pub const DEFAULT_TOKEN_GROUP: &str = "system:bootstrappers:kubeadm:default-node
 pub const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 /// kube-controller-manager's default `--cluster-signing-duration` (one year).
 pub const DEFAULT_CERT_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+/// The request log keeps at most this many records (the oldest tenth is dropped when full),
+/// so a long-running `serve` does not grow without bound.
+pub const MAX_REQUEST_LOG: usize = 200_000;
 /// Lifetime of tokens made by `bootstrap_kubeconfig` (kubeadm's default).
 pub const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
 
@@ -169,6 +172,8 @@ pub(crate) struct Shared {
     pub settings: Mutex<Settings>,
     pub events: broadcast::Sender<Event>,
     pub requests: Mutex<Vec<RequestRecord>>,
+    /// Requests answered with the strict 404 (unknown path or method).
+    pub unexpected: Mutex<Vec<RequestRecord>>,
     pub faults: faults::FaultState,
     pub verifier: Arc<dyn rustls::server::danger::ClientCertVerifier>,
     pub next_conn: AtomicU64,
@@ -273,6 +278,7 @@ impl Builder {
             settings: Mutex::new(self.settings),
             events: broadcast::channel(65536).0,
             requests: Mutex::new(Vec::new()),
+            unexpected: Mutex::new(Vec::new()),
             faults: faults::FaultState::default(),
             verifier: tls.1,
             next_conn: AtomicU64::new(1),
@@ -510,6 +516,16 @@ impl TestPlane {
     pub fn requests(&self) -> Vec<RequestRecord> {
         self.shared
             .requests
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Requests the strict fake did not recognise (answered 404 naming method and path).
+    /// Tests end with `assert!(tp.unexpected_requests().is_empty())`.
+    pub fn unexpected_requests(&self) -> Vec<RequestRecord> {
+        self.shared
+            .unexpected
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()

@@ -186,6 +186,10 @@ async fn bootstrap_then_node_identity_and_rbac() {
     tp.create_node("n2");
     assert_eq!(node.get("/api/v1/nodes/n1").await.0, 200);
     assert_eq!(node.get("/api/v1/nodes/n2").await.0, 403);
+    let other_node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n9"}});
+    assert_eq!(node.post("/api/v1/nodes", &other_node).await.0, 403);
+    // Its own bootstrap CSR was filed by the token user, not by the node: not readable.
+    assert_eq!(node.get(&format!("{CSRS}/node-csr-n1")).await.0, 403);
 
     // NodeRestriction: a CSR for another node is forbidden; its own renewal is self-approved.
     let (_, other) = node_csr("system:node:n2", &["system:nodes"]);
@@ -213,6 +217,11 @@ async fn bootstrap_then_node_identity_and_rbac() {
         matches!(e, Event::CsrIssued { name, .. } if name == "renew-n1").then_some(())
     })
     .await;
+    assert_eq!(
+        node.get(&format!("{CSRS}/renew-n1")).await.0,
+        200,
+        "its own CSR"
+    );
     let c = tp.csr("renew-n1").unwrap();
     assert_eq!(
         c.status.unwrap().conditions.unwrap()[0].message.as_deref(),
@@ -253,6 +262,11 @@ async fn bootstrap_then_node_identity_and_rbac() {
         .await;
     assert_eq!(code, 201);
     assert_eq!(body["status"]["allowed"], false);
+    assert!(
+        tp.unexpected_requests().is_empty(),
+        "{:?}",
+        tp.unexpected_requests()
+    );
     tp.shutdown().await;
 }
 
@@ -598,6 +612,7 @@ async fn strict_404_and_h2() {
         .requests()
         .iter()
         .any(|r| r.method == "PATCH" && r.status == 404));
+    assert_eq!(tp.unexpected_requests().len(), 2);
 
     // HTTP/2 by ALPN, and keep-alive: many requests, one connection.
     let (c, k) = admin_cert(&tp);

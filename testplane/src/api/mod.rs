@@ -431,11 +431,20 @@ pub async fn handle(
         status: resp.status().as_u16(),
     };
     tracing::debug!(conn = rec.conn, user = %rec.user, verb = %rec.verb, path = %rec.path, status = rec.status, "request");
-    shared
-        .requests
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push(rec.clone());
+    if resp.headers_mut().remove(UNEXPECTED).is_some() {
+        shared
+            .unexpected
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(rec.clone());
+    }
+    {
+        let mut log = shared.requests.lock().unwrap_or_else(|e| e.into_inner());
+        if log.len() >= crate::MAX_REQUEST_LOG {
+            log.drain(..crate::MAX_REQUEST_LOG / 10);
+        }
+        log.push(rec.clone());
+    }
     shared.emit(Event::Request(rec));
     Ok(resp)
 }
@@ -516,7 +525,7 @@ async fn dispatch(ctx: &Ctx, route: &Route, verb: &str) -> Resp {
 
 /// Strict fake: anything unexpected is a 404 naming the method and path.
 pub fn unknown(ctx: &Ctx) -> Resp {
-    ApiError::new(
+    let mut r = ApiError::new(
         404,
         "NotFound",
         format!(
@@ -524,8 +533,14 @@ pub fn unknown(ctx: &Ctx) -> Resp {
             ctx.method, ctx.path
         ),
     )
-    .into_resp()
+    .into_resp();
+    r.headers_mut()
+        .insert(UNEXPECTED, HeaderValue::from_static("1"));
+    r
 }
+
+/// Internal marker on strict-404 responses; stripped before sending.
+const UNEXPECTED: &str = "x-testplane-unexpected";
 
 async fn admin(ctx: &Ctx, path: &str) -> Result<Resp, ApiError> {
     match (&ctx.method, path) {
