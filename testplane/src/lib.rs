@@ -1,6 +1,21 @@
 //! bootlet-testplane: a faithful kube-apiserver subset over real TLS on loopback, with the
 //! csrapproving and kubelet-client signing controllers, scripted faults and an evidence trail.
-//! This file owns the public Rust API (`TestPlane`, its builder and the event types) only.
+//! This file owns the public Rust API (`TestPlane`, its builder, modes and errors) only.
+//!
+//! Where it deliberately behaves like kube-apiserver rather than the simplest thing:
+//! - A client certificate from an unknown CA does not fail the TLS handshake: the server
+//!   requests certificates, verifies them per request against the cluster CA, and answers 401.
+//! - A watch from a compacted resourceVersion is HTTP 200 with one `ERROR` event carrying a
+//!   410 `Expired` Status, then the stream ends (the watch cache's behaviour).
+//! - `Approval::Auto` approves only valid kubelet-client CSRs whose requester passes the
+//!   SubjectAccessReview (`.../nodeclient`, or `.../selfnodeclient` for a node renewing its own
+//!   cert); others stay Pending. Approved-but-invalid requests are Failed by the signer with
+//!   reason `SignerValidationFailure`.
+//! - Signer lifetime = min(expirationSeconds, max_cert_ttl or cert_ttl); notBefore is now - 5
+//!   min (never before the CA); notAfter is now + lifetime, minus the 5 min for lifetimes >= 8 h.
+//! - Deviations: no admission chain beyond NodeRestriction for Nodes/Leases/CSRs; a node may
+//!   `get` only CSRs it filed itself (list/watch are not filtered); only JSON bodies, except the
+//!   protobuf CSR that kubectl PUTs to `/approval`; no server-side apply or JSON patch.
 #![forbid(unsafe_code)]
 
 mod api;
