@@ -220,7 +220,8 @@ async fn dispatch(ctx: &Ctx, route: &Route, verb: &str) -> Resp {
     }
     let result = match route {
         Route::NonResource => return discovery::serve(ctx),
-        Route::Review(_, r) => discovery::review(ctx, r),
+        Route::Review(_, r) if ctx.method == Method::POST => discovery::review(ctx, r),
+        Route::Review(..) => return unknown(ctx),
         Route::Admin(p) => admin(ctx, p).await,
         Route::Resource {
             kind,
