@@ -11,8 +11,9 @@
 //!   SubjectAccessReview (`.../nodeclient`, or `.../selfnodeclient` for a node renewing its own
 //!   cert); others stay Pending. Approved-but-invalid requests are Failed by the signer with
 //!   reason `SignerValidationFailure`.
-//! - Signer lifetime = min(expirationSeconds, max_cert_ttl or cert_ttl); notBefore is now - 5
-//!   min (never before the CA); notAfter is now + lifetime, minus the 5 min for lifetimes >= 8 h.
+//! - Signer lifetime = min(expirationSeconds, max_cert_ttl or cert_ttl); notBefore is now -
+//!   `backdate` (5 min default), never before the CA's notBefore (a fresh CA starts at
+//!   `start()`); notAfter is now + lifetime, minus the backdate for lifetimes >= 8 h.
 //! - Deviations: no admission chain beyond NodeRestriction for Nodes/Leases/CSRs; a node may
 //!   `get` only CSRs it filed itself (list/watch are not filtered); only JSON bodies, except the
 //!   protobuf CSR that kubectl PUTs to `/approval`; no server-side apply or JSON patch.
@@ -108,6 +109,7 @@ pub(crate) struct Settings {
     pub cert_ttl: Duration,
     pub max_cert_ttl: Option<Duration>,
     pub allow_short_expiration: bool,
+    pub backdate: Duration,
 }
 
 /// State shared by the listener, the handlers, the controllers and `TestPlane`.
@@ -184,6 +186,14 @@ impl Builder {
     /// Accept `expirationSeconds` below 600 (the real API rejects them with 422).
     pub fn allow_short_expiration(mut self, yes: bool) -> Self {
         self.settings.allow_short_expiration = yes;
+        self
+    }
+
+    /// How far issued certificates' notBefore is backdated (default 5 min like
+    /// kube-controller-manager; always clamped to the CA's notBefore, which for a fresh CA is
+    /// the start time). Zero makes short-lived test certificates' windows exact.
+    pub fn backdate(mut self, d: Duration) -> Self {
+        self.settings.backdate = d;
         self
     }
 
@@ -274,6 +284,7 @@ impl TestPlane {
                 cert_ttl: DEFAULT_CERT_TTL,
                 max_cert_ttl: None,
                 allow_short_expiration: false,
+                backdate: pki::BACKDATE,
             },
             state_dir: None,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),

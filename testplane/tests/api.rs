@@ -375,8 +375,12 @@ async fn csr_validation_and_conflicts() {
     let cert = tp.csr("ok").unwrap().status.unwrap().certificate.unwrap().0;
     let der = testplane::pki::pem_blocks(&cert, "CERTIFICATE").remove(0);
     let (_, x) = x509_parser::parse_x509_certificate(&der).unwrap();
-    let life = x.validity().not_after.timestamp() - x.validity().not_before.timestamp();
-    assert_eq!(life, 600 + 300);
+    // notAfter = now + 600 s; notBefore backdated, but never before the (fresh) CA.
+    let now = jiff::Timestamp::now().as_second();
+    assert!((x.validity().not_after.timestamp() - (now + 600)).abs() <= 5);
+    let ca_der = testplane::pki::pem_blocks(tp.ca_pem().as_bytes(), "CERTIFICATE").remove(0);
+    let (_, ca) = x509_parser::parse_x509_certificate(&ca_der).unwrap();
+    assert_eq!(x.validity().not_before, ca.validity().not_before);
     tp.shutdown().await;
 }
 
@@ -640,5 +644,45 @@ async fn strict_404_and_h2() {
         .map(|r| r.conn)
         .collect::<std::collections::HashSet<_>>();
     assert_eq!(opened.len(), 1, "keep-alive reuses the connection");
+    tp.shutdown().await;
+}
+
+#[tokio::test]
+async fn short_lived_certificates() {
+    let tp = TestPlane::builder()
+        .allow_short_expiration(true)
+        .backdate(std::time::Duration::ZERO)
+        .max_cert_ttl(std::time::Duration::from_secs(3600))
+        .start()
+        .await
+        .unwrap();
+    let token = tp.create_token(None);
+    let api = Api::new(&tp, Who::Token(&token));
+    let mut ev = tp.events();
+    for (name, secs, want) in [("short", 30, 30), ("capped", 7200, 3600)] {
+        let (_, pem) = node_csr("system:node:s", &["system:nodes"]);
+        let body = csr_body(
+            name,
+            &pem,
+            &["digital signature", "client auth"],
+            Some(secs),
+        );
+        assert_eq!(api.post(CSRS, &body).await.0, 201);
+        let not_after = wait(&mut ev, "issued", |e| match e {
+            Event::CsrIssued { name: n, not_after } if n == name => Some(*not_after),
+            _ => None,
+        })
+        .await;
+        let cert = tp.csr(name).unwrap().status.unwrap().certificate.unwrap().0;
+        let der = testplane::pki::pem_blocks(&cert, "CERTIFICATE").remove(0);
+        let (_, x) = x509_parser::parse_x509_certificate(&der).unwrap();
+        let life = x.validity().not_after.timestamp() - x.validity().not_before.timestamp();
+        assert!((want..=want + 1).contains(&life), "{name}: {life}");
+        let na = not_after
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        assert_eq!(na, x.validity().not_after.timestamp());
+    }
     tp.shutdown().await;
 }
