@@ -281,6 +281,20 @@ fn update(ctx: &Ctx, kind: Kind, ns: &str, name: &str, sub: &str) -> Result<Resp
     if kind == Kind::Lease && ctx.shared.faults.take_lease_conflict() {
         return Err(ApiError::conflict(kind, name));
     }
+    // Leases allow create-on-update (leaseStrategy.AllowCreateOnUpdate is true).
+    let create = kind == Kind::Lease
+        && meta_str(&obj, "resourceVersion").is_empty()
+        && ctx.shared.store.get(kind, ns, name).is_none();
+    if create {
+        let stored = ctx
+            .shared
+            .store
+            .create(kind, ns, obj)
+            .map_err(|e| ApiError::from_store(e, kind, name))?;
+        let (name, user, conn) = (name.to_string(), ctx.user.name.clone(), ctx.conn);
+        ctx.shared.emit(Event::LeaseCreated { name, user, conn });
+        return Ok(json(201, &stored));
+    }
     let stored = ctx
         .shared
         .store
