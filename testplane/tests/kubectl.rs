@@ -125,6 +125,12 @@ async fn real_kubectl() {
     .await;
     let (_, out) = kubectl(h, "admin.conf", &["get", "csr", "node-csr-k1"]).await;
     assert_eq!(row(&out, "node-csr-k1")[5], "Approved,Issued", "{out}");
+    // A watch prints Table rows too (headers once).
+    let args = ["get", "csr", "node-csr-k1", "-w", "--request-timeout=1s"];
+    let (ok, out) = kubectl(h, "admin.conf", &args).await;
+    assert!(ok, "{out}");
+    assert_eq!(header(&out)[5], "CONDITION", "{out}");
+    assert_eq!(row(&out, "node-csr-k1")[5], "Approved,Issued", "{out}");
     let c = tp
         .csr("node-csr-k1")
         .unwrap()
