@@ -18,13 +18,18 @@ fn bootlet(args: &[&str]) -> (Option<i32>, String, String) {
 
 /// Compare with `tests/snapshots/NAME`; `UPDATE_SNAPSHOTS=1` rewrites it.
 fn snapshot(name: &str, actual: &str) {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots").join(name);
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/snapshots")
+        .join(name);
     if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
         std::fs::write(&path, actual).unwrap();
         return;
     }
     let expected = std::fs::read_to_string(&path).unwrap_or_default();
-    assert_eq!(actual, expected, "{name} changed; rerun with UPDATE_SNAPSHOTS=1 if intended");
+    assert_eq!(
+        actual, expected,
+        "{name} changed; rerun with UPDATE_SNAPSHOTS=1 if intended"
+    );
 }
 
 #[test]
@@ -55,7 +60,10 @@ fn an_unknown_flag_fails_and_names_it() {
 fn a_bad_flag_value_names_the_flag() {
     let (code, _, err) = bootlet(&["run", "--lease-renew-interval", "10x"]);
     assert_ne!(code, Some(0));
-    assert!(err.contains("lease-renew-interval") || err.contains("leaseRenewInterval"), "{err}");
+    assert!(
+        err.contains("lease-renew-interval") || err.contains("leaseRenewInterval"),
+        "{err}"
+    );
     let (code, _, err) = bootlet(&["run", "--renew-lease", "maybe"]);
     assert_ne!(code, Some(0));
     assert!(err.contains("--renew-lease"), "{err}");
@@ -75,7 +83,10 @@ fn config_error(contents: &str) -> (String, String) {
 #[test]
 fn config_file_errors_are_one_line_naming_the_file_and_key() {
     let (path, err) = config_error("leaseRenewInterval: 10x\n");
-    assert!(err.contains(&path) && err.contains("leaseRenewInterval"), "{err}");
+    assert!(
+        err.contains(&path) && err.contains("leaseRenewInterval"),
+        "{err}"
+    );
 
     let (path, err) = config_error("noSuchKey: 1\n");
     assert!(err.contains(&path) && err.contains("noSuchKey"), "{err}");

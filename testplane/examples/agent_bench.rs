@@ -15,7 +15,10 @@ use testplane::{Event, TestPlane};
 use tokio::process::{Child, Command};
 
 fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 fn bootlet_bin() -> PathBuf {
@@ -39,9 +42,21 @@ fn node(tp: &TestPlane) -> Node {
 fn spawn(node: &Node, name: &str, extra: &[&str]) -> Child {
     let d = |f: &str| node.dir.join(f).to_string_lossy().into_owned();
     Command::new(bootlet_bin())
-        .args(["run", "--bootstrap-kubeconfig", &d("bootstrap.conf"), "--kubeconfig"])
+        .args([
+            "run",
+            "--bootstrap-kubeconfig",
+            &d("bootstrap.conf"),
+            "--kubeconfig",
+        ])
         .arg(d("kubelet.conf"))
-        .args(["--cert-dir", &d("pki"), "--node-name", name, "--metrics-bind-address", "off"])
+        .args([
+            "--cert-dir",
+            &d("pki"),
+            "--node-name",
+            name,
+            "--metrics-bind-address",
+            "off",
+        ])
         .args(extra)
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
@@ -64,7 +79,9 @@ fn status_kib(pid: u32, field: &str) -> u64 {
 
 /// CPU time of every thread of `pid`, in nanoseconds.
 fn cpu_ns(pid: u32) -> u64 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return 0;
+    };
     tasks
         .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
         .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
@@ -75,13 +92,20 @@ async fn bootstrap_once(tp: &TestPlane, run: u64) -> (Duration, u64) {
     let node = node(tp);
     let current = node.dir.join("pki/kubelet-client-current.pem");
     let start = tokio::time::Instant::now();
-    let mut child = spawn(&node, &format!("bench-boot-{run}"), &["--renew-lease=false"]);
+    let mut child = spawn(
+        &node,
+        &format!("bench-boot-{run}"),
+        &["--renew-lease=false"],
+    );
     let pid = child.id().expect("pid");
     let mut hwm = 0;
     while !exists_with_key(&current) {
         hwm = hwm.max(status_kib(pid, "VmHWM:"));
         tokio::time::sleep(Duration::from_micros(500)).await;
-        assert!(start.elapsed() < Duration::from_secs(10), "no certificate after 10 s");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no certificate after 10 s"
+        );
     }
     let took = start.elapsed();
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -133,12 +157,25 @@ async fn main() {
     let mut events = tp.events();
     let interval = format!("{interval_ms}ms");
     let duration = format!("{}s", (interval_ms * 4 / 1000).max(2));
-    let mut child = spawn(&node, name, &["--lease-renew-interval", &interval, "--lease-duration", &duration]);
+    let mut child = spawn(
+        &node,
+        name,
+        &[
+            "--lease-renew-interval",
+            &interval,
+            "--lease-duration",
+            &duration,
+        ],
+    );
     let pid = child.id().expect("pid");
     // Wait for the first renewal, then measure the steady state from there.
     loop {
         match events.recv().await {
-            Ok(Event::LeaseCreated { name: n, .. } | Event::LeaseRenewed { name: n, .. }) if n == name => break,
+            Ok(Event::LeaseCreated { name: n, .. } | Event::LeaseRenewed { name: n, .. })
+                if n == name =>
+            {
+                break
+            }
             Ok(_) => {}
             Err(e) => panic!("events: {e}"),
         }
@@ -155,7 +192,11 @@ async fn main() {
     let _ = child.kill().await;
 
     let user = format!("system:node:{name}");
-    let reqs: Vec<_> = tp.requests().into_iter().filter(|r| r.user == user && r.at > t0).collect();
+    let reqs: Vec<_> = tp
+        .requests()
+        .into_iter()
+        .filter(|r| r.user == user && r.at > t0)
+        .collect();
     let renewals: Vec<SystemTime> = reqs
         .iter()
         .filter(|r| r.method == "PUT" && r.path.contains("/leases/") && r.status == 200)
@@ -164,7 +205,11 @@ async fn main() {
     let handshakes = {
         let mut n = 0;
         while let Ok(e) = events.try_recv() {
-            if let Event::TlsHandshake { client_cn: Some(cn), .. } = e {
+            if let Event::TlsHandshake {
+                client_cn: Some(cn),
+                ..
+            } = e
+            {
                 if cn == user {
                     n += 1;
                 }
@@ -175,7 +220,9 @@ async fn main() {
     let interval = Duration::from_millis(interval_ms).as_secs_f64() * 1000.0;
     let mut dev: Vec<f64> = renewals
         .windows(2)
-        .map(|w| (w[1].duration_since(w[0]).unwrap_or_default().as_secs_f64() * 1000.0 - interval).abs())
+        .map(|w| {
+            (w[1].duration_since(w[0]).unwrap_or_default().as_secs_f64() * 1000.0 - interval).abs()
+        })
         .collect();
     dev.sort_by(f64::total_cmp);
     let n = renewals.len().max(1);
