@@ -454,7 +454,7 @@ fn parse_http_date(text: &str) -> Option<SystemTime> {
     let ts = jiff::fmt::rfc2822::DateTimeParser::new()
         .parse_timestamp(text)
         .ok()?;
-    SystemTime::try_from(ts).ok()
+    Some(SystemTime::from(ts))
 }
 
 /// `server - local` in whole seconds (pure).
