@@ -19,6 +19,9 @@ use crate::pki::{self, NodeKey};
 const CSR_PATH: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
 /// Server-side bound of one watch request; client-go picks 5-10 minutes.
 const WATCH_SECONDS: u64 = 300;
+const WATCH_TIMEOUT: Duration = Duration::from_secs(WATCH_SECONDS);
+/// A watch silent for longer than its own timeout plus a margin is dead: re-watch.
+const WATCH_IDLE: Duration = Duration::from_secs(WATCH_SECONDS + 30);
 
 /// Why waiting on a CSR ended without a certificate.
 #[derive(Debug, thiserror::Error)]
@@ -180,7 +183,7 @@ pub async fn wait(
 }
 
 /// The list+watch loop: list once for the current state and a resourceVersion, then
-/// watch from there; resume on a dropped watch, relist on 410.
+/// watch from there; resume on a dropped watch, relist on 410, back off on 5xx/429.
 async fn watch_until_decided(
     client: &ApiClient,
     name: &str,
@@ -195,82 +198,93 @@ async fn watch_until_decided(
     let selector = format!("fieldSelector=metadata.name%3D{name}");
     let mut tracker = ApprovalTracker::new(opts.not_issued_warning);
     on_pending(Pending::AwaitingApproval);
+    // `None`: list first (at start and after a 410); `Some(rv)`: watch from rv.
     let mut version: Option<String> = None;
     loop {
-        let rv = match version.take() {
-            Some(rv) => rv,
-            None => {
-                let path = format!("{CSR_PATH}?{selector}");
-                let list: k8s_openapi::List<CertificateSigningRequest> =
-                    retrying("listing the CSR", retry, || client.get(&path))
-                        .await
-                        .map_err(api)?;
-                let Some(csr) = list.items.first() else {
-                    return Err(CsrError::Deleted { name: name.into() });
-                };
-                if let Some(v) = tracker.observe(csr, on_pending) {
-                    return Ok(v);
-                }
-                list.metadata.resource_version.unwrap_or_default()
+        let Some(rv) = version.take() else {
+            let path = format!("{CSR_PATH}?{selector}");
+            let list: k8s_openapi::List<CertificateSigningRequest> =
+                retrying("listing the CSR", retry, || client.get(&path))
+                    .await
+                    .map_err(api)?;
+            let Some(csr) = list.items.first() else {
+                return Err(CsrError::Deleted { name: name.into() });
+            };
+            if let Some(v) = tracker.observe(csr, on_pending) {
+                return Ok(v);
             }
+            version = Some(list.metadata.resource_version.unwrap_or_default());
+            continue;
         };
         let path = format!(
             "{CSR_PATH}?{selector}&watch=true&allowWatchBookmarks=true&resourceVersion={rv}&timeoutSeconds={WATCH_SECONDS}"
         );
-        let idle = Duration::from_secs(WATCH_SECONDS + 30);
-        let opened = EventStream::<CertificateSigningRequest>::open(
-            client,
-            path,
-            Duration::from_secs(WATCH_SECONDS),
-            idle,
-        )
-        .await;
-        let mut stream = match opened {
-            Ok(s) => s,
-            Err(e) if e.is_gone() => continue,
+        let mut last = rv;
+        let step = match EventStream::open(client, path, WATCH_TIMEOUT, WATCH_IDLE).await {
+            Ok(mut stream) => {
+                follow(name, &mut stream, &mut last, &mut tracker, opts, on_pending).await
+            }
+            Err(e) => Err(e),
+        };
+        match step {
+            Ok(Step::Decided(v)) => return Ok(v),
+            Ok(Step::Deleted) => return Err(CsrError::Deleted { name: name.into() }),
+            Ok(Step::Ended) => version = Some(last),
+            Err(e) if e.is_gone() => {
+                tracing::debug!(csr = %name, "watch history expired (410); relisting");
+                version = None;
+            }
             Err(e) if e.is_retryable() => {
                 tokio::time::sleep(retry.with_retry_after(e.retry_after())).await;
-                version = Some(rv);
-                continue;
+                version = Some(last);
             }
             Err(e) => return Err(api(e)),
-        };
-        let mut last = rv;
-        loop {
-            let event = tokio::select! {
-                event = stream.next() => event,
-                () = tracker.warning_due() => {
-                    tracing::warn!(csr = %name, "CSR approved but not issued after {:?}: is a signer running (kube-controller-manager --cluster-signing-*)?", opts.not_issued_warning);
-                    on_pending(Pending::ApprovedNotIssued);
-                    continue;
-                }
-            };
-            match event {
-                Ok(Some(WatchEvent::Added(csr) | WatchEvent::Modified(csr))) => {
-                    last = csr.metadata.resource_version.clone().unwrap_or(last);
-                    if let Some(v) = tracker.observe(&csr, on_pending) {
-                        return Ok(v);
-                    }
-                }
-                Ok(Some(WatchEvent::Deleted(_))) => {
-                    return Err(CsrError::Deleted { name: name.into() })
-                }
-                Ok(Some(WatchEvent::Bookmark {
-                    resource_version, ..
-                })) => last = resource_version,
-                Ok(Some(_)) => {}
-                Ok(None) => {
-                    version = Some(last);
-                    break;
-                }
-                Err(e) if e.is_gone() => break,
-                Err(e) if e.is_retryable() => {
-                    tokio::time::sleep(retry.with_retry_after(e.retry_after())).await;
-                    version = Some(last);
-                    break;
-                }
-                Err(e) => return Err(api(e)),
+        }
+    }
+}
+
+/// How one watch stream ended.
+enum Step {
+    Decided(Verdict),
+    Deleted,
+    /// The server closed the stream or it went idle: resume from the last version.
+    Ended,
+}
+
+/// Read one watch stream until the CSR is decided or the stream ends, keeping `last`
+/// at the newest resourceVersion seen.
+async fn follow(
+    name: &str,
+    stream: &mut EventStream<CertificateSigningRequest>,
+    last: &mut String,
+    tracker: &mut ApprovalTracker,
+    opts: &WaitOptions,
+    on_pending: &mut (dyn FnMut(Pending) + Send),
+) -> Result<Step, apiserver::Error> {
+    loop {
+        let event = tokio::select! {
+            event = stream.next() => event?,
+            () = tracker.warning_due() => {
+                tracing::warn!(csr = %name, "CSR approved but not issued after {}: is a signer running (kube-controller-manager --cluster-signing-*)?", crate::health::human(opts.not_issued_warning));
+                on_pending(Pending::ApprovedNotIssued);
+                continue;
             }
+        };
+        match event {
+            Some(WatchEvent::Added(csr) | WatchEvent::Modified(csr)) => {
+                if let Some(rv) = &csr.metadata.resource_version {
+                    last.clone_from(rv);
+                }
+                if let Some(v) = tracker.observe(&csr, on_pending) {
+                    return Ok(Step::Decided(v));
+                }
+            }
+            Some(WatchEvent::Deleted(_)) => return Ok(Step::Deleted),
+            Some(WatchEvent::Bookmark {
+                resource_version, ..
+            }) => *last = resource_version,
+            Some(_) => {}
+            None => return Ok(Step::Ended),
         }
     }
 }

@@ -284,3 +284,54 @@ async fn a_missing_or_broken_bootstrap_kubeconfig_stops_with_one_line_naming_the
     let last = log.lines().last().unwrap_or_default();
     assert!(last.contains(&support::path(&broken.bootstrap)), "{log}");
 }
+
+#[tokio::test]
+async fn the_approval_wait_resumes_dropped_watches_and_relists_after_410() {
+    let tp = manual_plane().await;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let mut events = tp.events();
+    let agent = Agent::spawn(&args(&node, "node-w", &[]));
+    let name = wait_event(&mut events, |e| match e {
+        Event::CsrCreated { name, .. } => Some(name.clone()),
+        _ => None,
+    })
+    .await;
+    agent.wait_for_log("waiting for approval").await;
+    wait_until(|| csr_requests(&tp, true) >= 1).await;
+    // Move the store on and forget its history, then drop every connection: the agent's
+    // next watch starts from a version the server no longer has (410) and must relist.
+    tp.create_node("unrelated");
+    tp.compact();
+    tp.faults().outage(Duration::from_millis(300)).await;
+    support::wait_event(&mut events, |e| {
+        matches!(e, Event::OutageEnded).then_some(())
+    })
+    .await;
+    wait_until(|| csr_requests(&tp, false) >= 2).await;
+    wait_until(|| csr_requests(&tp, true) >= 3).await;
+    tp.approve(&name).unwrap();
+    agent.wait_for_log("client certificate installed").await;
+    let (status, _) = agent.terminate().await;
+    assert!(status.success());
+    assert_eq!(tp.csrs().len(), 1);
+}
+
+/// Poll the testplane's request log (it has no event for "a watch was opened").
+async fn wait_until(mut cond: impl FnMut() -> bool) {
+    tokio::time::timeout(support::WAIT, async {
+        while !cond() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("condition within the wait bound");
+}
+
+/// CSR list (`watch == false`) or watch requests the agent made, by count.
+fn csr_requests(tp: &testplane::TestPlane, watch: bool) -> usize {
+    tp.requests()
+        .iter()
+        .filter(|r| r.method == "GET" && r.path.contains("certificatesigningrequests?"))
+        .filter(|r| r.path.contains("watch=true") == watch)
+        .count()
+}
