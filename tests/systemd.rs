@@ -256,9 +256,9 @@ impl Drop for Container {
                 .status();
         }
         let _ = self.nspawn.start_kill();
-        let pid = self.nspawn.id();
+        // Reap nspawn (bounded) so that its cgroups are empty before they are removed.
         for _ in 0..50 {
-            if pid.is_none() || !Path::new(&format!("/proc/{}", pid.unwrap_or(0))).exists() {
+            if !matches!(self.nspawn.try_wait(), Ok(None)) {
                 break;
             }
             let _ = std::process::Command::new("sleep").arg("0.1").status();
