@@ -140,7 +140,7 @@ impl Container {
         std::fs::create_dir_all(&root).unwrap();
         let s = share.display();
         let script = format!(
-            "{enter} exec unshare -m --propagation private sh -c 'mount --bind / {root} && exec systemd-nspawn --quiet --register=no --keep-unit --volatile=overlay --console=pipe -D {root} -M {name} --bind={s}:{s} --bind-ro={s}/bootlet.service:/etc/systemd/system/bootlet.service --bind-ro={s}/bootlet.service.d:/etc/systemd/system/bootlet.service.d -b -- --unit=basic.target'",
+            "{enter} exec unshare -m --propagation private sh -c 'mount --bind / {root} && exec systemd-nspawn --quiet --register=no --keep-unit --volatile=overlay --console=pipe -D {root} -M {name} --bind={s}:{s} --bind-ro={s}/bootlet.service.d:/etc/systemd/system/bootlet.service.d -b -- --unit=basic.target'",
             root = root.display()
         );
         let log = std::fs::File::create(share.join("nspawn.log")).unwrap();
@@ -269,10 +269,18 @@ impl Drop for Container {
             "/sys/fs/cgroup",
         ] {
             let dir = format!("{h}/{}", self.cgroup);
-            if Path::new(&dir).exists() {
+            // The namespace's processes may still be exiting: retry for a few seconds.
+            for _ in 0..50 {
+                if !Path::new(&dir).exists() {
+                    break;
+                }
                 let _ = std::process::Command::new("find")
                     .args([&dir, "-depth", "-type", "d", "-exec", "rmdir", "{}", ";"])
+                    .stderr(Stdio::null())
                     .status();
+                if Path::new(&dir).exists() {
+                    let _ = std::process::Command::new("sleep").arg("0.1").status();
+                }
             }
         }
     }
@@ -306,28 +314,40 @@ fn child_named(parent: u32, name: &str) -> Option<u32> {
     None
 }
 
-/// The config file the service reads, with a short Lease cadence.
+/// The config the service reads, written next to the test and copied into the container.
 fn write_config(share: &Path, interval: &str, extra: &str) {
     let body = format!(
-        "bootstrapKubeconfig: {}/bootstrap-kubelet.conf\nnodeName: {NODE}\nleaseRenewInterval: {interval}\nleaseDuration: 5s\nmetricsBindAddress: \"off\"\n{extra}",
-        share.display()
+        "nodeName: {NODE}\nleaseRenewInterval: {interval}\nleaseDuration: 5s\nmetricsBindAddress: \"off\"\n{extra}"
     );
     std::fs::write(share.join("bootlet.yaml"), body).unwrap();
 }
 
-/// The shipped unit, unchanged, plus a test drop-in: the built binary and a 2 s watchdog.
-fn install_units(share: &Path) {
-    std::fs::write(share.join("bootlet.service"), UNIT).unwrap();
+/// The test's own drop-in over the installed unit: a 2 s watchdog and quick restarts.
+fn write_test_dropin(share: &Path) {
     let dropins = share.join("bootlet.service.d");
     std::fs::create_dir_all(&dropins).unwrap();
     std::fs::write(
         dropins.join("50-test.conf"),
-        format!(
-            "[Unit]\nStartLimitBurst=20\n[Service]\nExecStart=\nExecStart={BIN} run --config {}/bootlet.yaml\nWatchdogSec=2s\nRestartSec=500ms\n",
-            share.display()
-        ),
+        "[Unit]\nStartLimitBurst=20\n[Service]\nWatchdogSec=2s\nRestartSec=500ms\n",
     )
     .unwrap();
+}
+
+/// Installs with systemd/install.sh inside the container (the shipped unit, drop-in and
+/// paths: /usr/local/bin/bootlet, /etc/bootlet/config.yaml, /etc/kubernetes/...).
+async fn install(c: &Container, share: &Path) {
+    let script = systemd_dir().join("install.sh");
+    let (ok, out) = c.exec(&[script.to_str().unwrap(), "--bin", BIN]).await;
+    assert!(ok, "install.sh: {out}");
+    let s = share.display().to_string();
+    let (ok, out) = c
+        .exec(&[
+            "sh",
+            "-c",
+            &format!("mkdir -p /etc/kubernetes && cp {s}/bootstrap-kubelet.conf /etc/kubernetes/ && cp {s}/bootlet.yaml /etc/bootlet/config.yaml"),
+        ])
+        .await;
+    assert!(ok, "copying the config: {out}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -352,7 +372,7 @@ async fn bootlet_service_under_a_real_systemd() {
     let s = share.path();
     std::fs::write(s.join("bootstrap-kubelet.conf"), tp.bootstrap_kubeconfig()).unwrap();
     write_config(s, "1s", "");
-    install_units(s);
+    write_test_dropin(s);
     let name = format!(
         "bt-{}-{}",
         std::process::id(),
@@ -361,6 +381,12 @@ async fn bootlet_service_under_a_real_systemd() {
     let container = Container::boot(&name, s).await;
     let c = &container;
     eprintln!("container booted in {:?}", started.elapsed());
+    install(c, s).await;
+    let (_, unit) = c.exec(&["systemctl", "cat", "bootlet"]).await;
+    assert!(
+        unit.contains("ExecStart=/usr/local/bin/bootlet run --config /etc/bootlet/config.yaml"),
+        "{unit}"
+    );
 
     // 1. activating while the CSR waits for a human, with the approve command in STATUS.
     c.systemctl(&["start", "--no-block", "bootlet"]).await;
@@ -409,6 +435,8 @@ async fn bootlet_service_under_a_real_systemd() {
 
     // 3. reload re-reads the file: the log level and the Lease cadence apply live.
     write_config(s, "500ms", "verbosity: 1\n");
+    let copy = format!("cp {}/bootlet.yaml /etc/bootlet/config.yaml", s.display());
+    assert!(c.exec(&["sh", "-c", &copy]).await.0);
     c.systemctl(&["reload", "bootlet"]).await;
     c.until("the reload", Duration::from_secs(10), move || async move {
         let j = c.journal(&[]).await;
@@ -461,10 +489,7 @@ async fn bootlet_service_under_a_real_systemd() {
     let restarts: u32 = c.show("NRestarts").await.parse().unwrap_or(0);
     std::fs::write(
         s.join("bootlet.service.d/60-wedge.conf"),
-        format!(
-            "[Service]\nExecStart=\nExecStart={BIN} run --config {}/bootlet.yaml --test-wedge-lease-after 2s\n",
-            s.display()
-        ),
+        "[Service]\nExecStart=\nExecStart=/usr/local/bin/bootlet run --config /etc/bootlet/config.yaml --test-wedge-lease-after 2s\n",
     )
     .unwrap();
     c.systemctl(&["daemon-reload"]).await;
