@@ -382,6 +382,33 @@ async fn bootlet_service_under_a_real_systemd() {
     let c = &container;
     eprintln!("container booted in {:?}", started.elapsed());
     install(c, s).await;
+    // The kubelet drop-in, over a stand-in kubelet.service: ordering, dependency, flags.
+    let standin = "printf '[Unit]\\nDescription=kubelet stand-in\\n[Service]\\nExecStart=/bin/sleep infinity\\n' >/etc/systemd/system/kubelet.service && systemctl daemon-reload";
+    assert!(c.exec(&["sh", "-c", standin]).await.0);
+    let (_, kubelet) = c
+        .exec(&[
+            "systemctl",
+            "show",
+            "kubelet",
+            "-p",
+            "Requires,After,Environment,ExecStart",
+        ])
+        .await;
+    for want in [
+        "Requires=bootlet.service",
+        "bootlet.service",
+        "KUBELET_KUBECONFIG_ARGS=--kubeconfig=/etc/kubernetes/kubelet.conf --rotate-certificates=false",
+        "argv[]=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS",
+    ] {
+        assert!(kubelet.contains(want), "kubelet lacks {want:?}:\n{kubelet}");
+    }
+    assert!(!kubelet.contains("bootstrap-kubeconfig"), "{kubelet}");
+    assert!(
+        kubelet
+            .lines()
+            .any(|l| l.starts_with("After=") && l.contains("bootlet.service")),
+        "{kubelet}"
+    );
     let (_, unit) = c.exec(&["systemctl", "cat", "bootlet"]).await;
     assert!(
         unit.contains("ExecStart=/usr/local/bin/bootlet run --config /etc/bootlet/config.yaml"),
