@@ -154,16 +154,24 @@ impl LeaseTask {
     }
 }
 
+/// Why a reload was refused; the running configuration stays.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// Cannot happen in practice: the same argv parsed at start.
+    #[error("re-reading the command line")]
+    CommandLine(#[source] clap::Error),
+    #[error("the command line is not `bootlet run`")]
+    NotRun,
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
 /// Re-reads the configuration the way it was first read: the same command line (so flags
 /// still override the file) over the current content of `--config`.
-fn reread() -> Result<Settings, ConfigError> {
-    match cli::parse_from(std::env::args_os()) {
-        Ok(Command::Run(flags)) => Settings::load(&flags),
-        // The command line parsed at start; it cannot stop parsing now.
-        _ => Err(ConfigError::Invalid {
-            origin: crate::config::Origin::Default { key: "config" },
-            problem: "the command line no longer parses".into(),
-        }),
+fn reread() -> Result<Settings, ReloadError> {
+    match cli::parse_from(std::env::args_os()).map_err(ReloadError::CommandLine)? {
+        Command::Run(flags) => Ok(Settings::load(&flags)?),
+        _ => Err(ReloadError::NotRun),
     }
 }
 
