@@ -1,5 +1,6 @@
-//! Logging: tracing to stderr, as `<N>`-prefixed lines under journald, coloured text on a
-//! terminal, plain text elsewhere, or JSON. Owns the level filter; not metrics (metrics.rs).
+//! Logging: tracing to stderr, under journald through its native protocol (journal.rs) or as
+//! `<N>`-prefixed lines, coloured text on a terminal, plain text elsewhere, or JSON. Owns
+//! the level filter; not metrics (metrics.rs).
 
 use std::fmt;
 use std::io::IsTerminal;
@@ -38,6 +39,8 @@ pub enum LogFormat {
     Json,
 }
 
+pub mod journal;
+
 /// The live level filter, swapped by [`set_verbosity`] on reload.
 static FILTER: OnceLock<reload::Handle<EnvFilter, Registry>> = OnceLock::new();
 
@@ -54,8 +57,13 @@ pub fn init(format: LogFormat, verbosity: u8) {
     let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let layer = match format {
         LogFormat::Json => layer.json().boxed(),
+        // Under journald: the native protocol with structured fields when its socket is
+        // there, else `<N>`-prefixed stderr lines.
         LogFormat::Text if stderr_is_journal() => {
-            layer.with_ansi(false).event_format(JournaldFormat).boxed()
+            match journal::JournalLayer::connect(std::path::Path::new(journal::SOCKET)) {
+                Ok(native) => native.boxed(),
+                Err(_) => layer.with_ansi(false).event_format(JournaldFormat).boxed(),
+            }
         }
         LogFormat::Text => layer.with_ansi(std::io::stderr().is_terminal()).boxed(),
     };

@@ -458,6 +458,10 @@ async fn bootlet_service_under_a_real_systemd() {
     );
     let status = c.systemctl(&["status", "bootlet"]).await;
     assert!(status.contains("client cert valid until"), "{status}");
+    // Structured fields through the native journal protocol.
+    let csr_match = format!("CSR_NAME={csr}");
+    let by_field = c.journal(&[&csr_match, "NODE_NAME=e2e-node"]).await;
+    assert!(by_field.contains("waiting for approval"), "{by_field}");
     eprintln!("active after {:?}", started.elapsed());
 
     // 3. reload re-reads the file: the log level and the Lease cadence apply live.
