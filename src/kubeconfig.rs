@@ -138,10 +138,10 @@ pub struct ClusterAccess {
     pub path: PathBuf,
     /// The server, an `https://` URL.
     pub server: String,
-    /// The CA bundle, PEM; empty only when `insecure`.
+    /// The CA bundle, PEM; never empty.
     pub ca_pem: Vec<u8>,
     pub credential: Credential,
-    /// insecure-skip-tls-verify was set and allowed.
+    /// insecure-skip-tls-verify was set and allowed (the CA is still enforced).
     pub insecure: bool,
 }
 
@@ -186,7 +186,8 @@ pub fn read(path: &Path, allow_insecure: bool) -> Result<ClusterAccess, Kubeconf
             return Err(KubeconfigError::NoCertificate { path: r.p(), what });
         }
         Some((_, pem)) => pem,
-        None if insecure => Vec::new(),
+        // Even an allowed insecure kubeconfig must name the CA: bootlet never skips server
+        // verification, and it checks issued certificates against that CA.
         None => {
             let (path, cluster) = (r.p(), name);
             return Err(KubeconfigError::NoCa { path, cluster });

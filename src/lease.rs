@@ -112,10 +112,12 @@ pub fn next_renew_time(now: SystemTime, last: Option<jiff::Timestamp>) -> jiff::
     }
 }
 
-/// When renewal `n` is due: `start + n × interval + jitter` with jitter in
-/// `[0, JITTER × interval)` (pure; no drift because it never adds to the last time).
-pub fn due(start: Instant, n: u32, interval: Duration, jitter_draw: f64) -> Instant {
-    start + interval * n + interval.mul_f64(JITTER * jitter_draw.clamp(0.0, 0.999_999))
+/// When renewal `n` is due: `start + phase + n × interval`, with the phase drawn once per
+/// process in `[0, JITTER × interval)` (pure). A fleet started together is spread over the
+/// jitter window, yet each node renews at exactly `interval` and never drifts, because
+/// the time is computed from the start, never from the last renewal.
+pub fn due(start: Instant, n: u32, interval: Duration, phase_draw: f64) -> Instant {
+    start + interval.mul_f64(JITTER * phase_draw.clamp(0.0, 0.999_999)) + interval * n
 }
 
 /// Why one renewal failed.
@@ -177,8 +179,9 @@ impl LeaseLoop {
             .expect("interval is positive and below the cap");
         let mut war_until: Option<Instant> = None;
         let mut client = clients.borrow_and_update().clone();
+        let phase: f64 = rand::rng().random();
         loop {
-            let at = due(start, n, interval, rand::rng().random());
+            let at = due(start, n, interval, phase);
             let wait = at.saturating_duration_since(Instant::now());
             health.beat(TASK, wait + BEAT_SLACK + interval / 2);
             tokio::select! {
@@ -197,8 +200,9 @@ impl LeaseLoop {
                 client = clients.borrow_and_update().clone();
                 tracing::info!(identity = %client.identity(), "lease: switched to the new credentials");
             }
-            // Skip slots missed by a slow renewal instead of bursting to catch up.
-            let elapsed = Instant::now().saturating_duration_since(start);
+            // The next slot after now: slots missed by a slow renewal are skipped, not burst.
+            let origin = due(start, 0, interval, phase);
+            let elapsed = Instant::now().saturating_duration_since(origin);
             n = (elapsed.as_nanos() / interval.as_nanos()) as u32 + 1;
 
             if !r.probe_allows(&mut probe_ok, &health).await {

@@ -286,3 +286,21 @@ async fn old_certificate_files_are_pruned_beyond_keep_certificates() {
         "the current file is kept"
     );
 }
+
+#[tokio::test]
+async fn a_server_clock_far_from_ours_is_reported_once() {
+    let tp = plane(3600).await;
+    tp.faults().skew_date(600);
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let agent = Agent::spawn(&args(&node, "skewed", &[]));
+    let line = agent.wait_for_log("clock is").await;
+    assert!(
+        line.contains("ahead of this node's") && line.contains("timedatectl"),
+        "{line}"
+    );
+    agent.wait_for_log("client certificate installed").await;
+    let (status, log) = agent.terminate().await;
+    assert!(status.success());
+    // Once per client (the bootstrap client and then the certificate's client), not per request.
+    assert!(log.matches("ahead of this node's").count() <= 3, "{log}");
+}

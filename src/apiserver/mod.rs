@@ -6,8 +6,9 @@ pub mod tls;
 pub mod watch;
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use futures_util::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
@@ -26,6 +27,9 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// HTTP/2 PING period: well under the 40 s lease grace period, so a dead connection is
 /// noticed before the node controller notices the node.
 pub const H2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(15);
+/// A server `Date` further than this from the local clock is reported: beyond it,
+/// fresh certificates look not-yet-valid and rotation deadlines land at the wrong time.
+pub const CLOCK_SKEW_WARNING: Duration = Duration::from_secs(30);
 /// Responses bigger than this are refused: our objects are a few KiB.
 pub const DEFAULT_MAX_BODY: usize = 4 << 20;
 
@@ -69,6 +73,9 @@ struct Inner {
     identity: Identity,
     auth_header: Option<HeaderValue>,
     opts: ClientOptions,
+    /// Server clock minus local clock from the last `Date` header, in seconds.
+    skew_secs: AtomicI64,
+    skew_reported: AtomicBool,
 }
 
 /// What can go wrong talking to the API server, classified once (STYLE rule 11).
@@ -223,6 +230,8 @@ impl ApiClient {
                 identity,
                 auth_header,
                 opts,
+                skew_secs: AtomicI64::new(0),
+                skew_reported: AtomicBool::new(false),
             }),
         })
     }
@@ -243,6 +252,8 @@ impl ApiClient {
                 identity: i.identity.clone(),
                 auth_header: i.auth_header.clone(),
                 opts: i.opts.clone(),
+                skew_secs: AtomicI64::new(i.skew_secs.load(Ordering::Relaxed)),
+                skew_reported: AtomicBool::new(i.skew_reported.load(Ordering::Relaxed)),
             }),
         })
     }
@@ -327,10 +338,40 @@ impl ApiClient {
             .map_err(|source| self.transport(&method, path, source))?;
         let code = resp.status();
         tracing::trace!(%method, path, code = code.as_u16(), "response");
+        self.observe_date(resp.headers().get(reqwest::header::DATE));
         if code.is_success() {
             return Ok(resp);
         }
         Err(self.api_error(method, path, resp).await)
+    }
+
+    /// Server clock minus local clock, as of the last response (zero before any).
+    pub fn clock_skew_secs(&self) -> i64 {
+        self.inner.skew_secs.load(Ordering::Relaxed)
+    }
+
+    /// Track the server's `Date`; say once (per client) when it is far from ours.
+    fn observe_date(&self, date: Option<&HeaderValue>) {
+        let Some(server) = date.and_then(|v| v.to_str().ok()).and_then(parse_http_date) else {
+            return;
+        };
+        let skew = skew_secs(server, SystemTime::now());
+        self.inner.skew_secs.store(skew, Ordering::Relaxed);
+        let far = skew.unsigned_abs() > CLOCK_SKEW_WARNING.as_secs();
+        if far && !self.inner.skew_reported.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                skew_seconds = skew,
+                server = %self.inner.server,
+                "the API server's clock is {}s {} this node's: certificates will look not yet valid or expired early and rotation will be mistimed; fix time sync (`timedatectl`, chrony/ntp)",
+                skew.unsigned_abs(),
+                if skew > 0 { "ahead of" } else { "behind" }
+            );
+        } else if !far && self.inner.skew_reported.swap(false, Ordering::Relaxed) {
+            tracing::info!(
+                skew_seconds = skew,
+                "the API server's clock agrees with this node's again"
+            );
+        }
     }
 
     fn transport(&self, method: &Method, path: &str, source: reqwest::Error) -> Error {
@@ -405,6 +446,22 @@ impl ApiClient {
         timeout: Duration,
     ) -> Result<reqwest::Response, Error> {
         self.send(Method::GET, path, None::<&()>, timeout).await
+    }
+}
+
+/// An HTTP `Date` (`Mon, 30 Nov 2026 21:13:00 GMT`).
+fn parse_http_date(text: &str) -> Option<SystemTime> {
+    let ts = jiff::fmt::rfc2822::DateTimeParser::new()
+        .parse_timestamp(text)
+        .ok()?;
+    Some(SystemTime::from(ts))
+}
+
+/// `server - local` in whole seconds (pure).
+fn skew_secs(server: SystemTime, local: SystemTime) -> i64 {
+    match server.duration_since(local) {
+        Ok(ahead) => ahead.as_secs() as i64,
+        Err(behind) => -(behind.duration().as_secs() as i64),
     }
 }
 
@@ -505,6 +562,15 @@ mod tests {
         let text = api(401, "Unauthorized").to_string();
         assert!(text.contains("bootstrap token abcdef"), "{text}");
         assert!(text.contains("kubeadm token create"), "{text}");
+    }
+
+    #[test]
+    fn http_dates_and_skew() {
+        let t = parse_http_date("Mon, 30 Nov 2026 21:13:00 GMT").unwrap();
+        let local = t - Duration::from_secs(90);
+        assert_eq!(skew_secs(t, local), 90);
+        assert_eq!(skew_secs(local, t), -90);
+        assert!(parse_http_date("yesterday").is_none());
     }
 
     #[test]

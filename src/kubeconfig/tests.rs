@@ -190,9 +190,21 @@ fn insecure_is_refused_unless_allowed() {
             p.display()
         )
     );
-    let access = read(&p, true).unwrap();
-    assert!(access.insecure);
-    assert!(access.ca_pem.is_empty());
+    // Allowed, but without a CA there is nothing to verify the server or the issued
+    // certificates against: still refused, naming the missing CA.
+    let err = read(&p, true).unwrap_err().to_string();
+    assert!(err.contains("neither certificate-authority"), "{err}");
+    // With a CA and the flag, it is read, and the CA is kept and enforced.
+    let with_ca = f.bootstrap(
+        &format!(
+            "{}
+    insecure-skip-tls-verify: true",
+            f.good_cluster()
+        ),
+        "    token: x",
+    );
+    let access = read(&with_ca, true).unwrap();
+    assert!(access.insecure && !access.ca_pem.is_empty());
 }
 
 #[test]

@@ -63,13 +63,19 @@ fn renew_time_is_strictly_increasing_even_when_the_clock_steps_back() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn schedule_does_not_drift_and_jitter_stays_inside_four_percent() {
+async fn schedule_does_not_drift_and_the_phase_stays_inside_four_percent() {
     let start = Instant::now();
     let interval = Duration::from_secs(10);
-    for n in 0..1000 {
-        let lo = start + interval * n;
-        let at = due(start, n, interval, 0.999_999_9);
-        assert!(at >= lo && at < lo + Duration::from_millis(400), "slot {n}");
-        assert_eq!(due(start, n, interval, 0.0), lo);
+    for draw in [0.0, 0.25, 0.999_999_9] {
+        let phase = due(start, 0, interval, draw) - start;
+        assert!(phase < Duration::from_millis(400), "{phase:?}");
+        for n in 1..1000 {
+            // Every period is exactly the interval, whatever the phase.
+            assert_eq!(
+                due(start, n, interval, draw) - due(start, n - 1, interval, draw),
+                interval
+            );
+            assert_eq!(due(start, n, interval, draw), start + phase + interval * n);
+        }
     }
 }

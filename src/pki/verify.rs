@@ -31,7 +31,7 @@ pub enum VerifyError {
     UntrustedIssuer { issuer: String },
     #[error("certificate {serial} lacks the clientAuth extended key usage")]
     MissingClientAuth { serial: String },
-    #[error("certificate is not valid before {} (more than 5 minutes ahead)", Rfc3339(*.not_before))]
+    #[error("certificate is not valid before {}, more than 5 minutes ahead of this node's clock (is the clock right? check `timedatectl`)", Rfc3339(*.not_before))]
     NotYetValid { not_before: SystemTime },
     #[error("certificate expired at {}", Rfc3339(*.not_after))]
     Expired { not_after: SystemTime },

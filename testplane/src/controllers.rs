@@ -306,7 +306,7 @@ fn sign(
     } else {
         &shared.ca
     };
-    let (nb, na) = pki::signing_window(SystemTime::now(), lifetime, ca);
+    let (nb, na) = pki::signing_window(SystemTime::now(), lifetime, s.backdate, ca);
     let cn = if s.signer == Signer::WrongNode {
         "system:node:wrong-node".to_string()
     } else {

@@ -1,11 +1,28 @@
 //! bootlet-testplane: a faithful kube-apiserver subset over real TLS on loopback, with the
 //! csrapproving and kubelet-client signing controllers, scripted faults and an evidence trail.
-//! This file owns the public Rust API (`TestPlane`, its builder and the event types) only.
+//! This file owns the public Rust API (`TestPlane`, its builder, modes and errors) only.
+//!
+//! Where it deliberately behaves like kube-apiserver rather than the simplest thing:
+//! - A client certificate from an unknown CA does not fail the TLS handshake: the server
+//!   requests certificates, verifies them per request against the cluster CA, and answers 401.
+//! - A watch from a compacted resourceVersion is HTTP 200 with one `ERROR` event carrying a
+//!   410 `Expired` Status, then the stream ends (the watch cache's behaviour).
+//! - `Approval::Auto` approves only valid kubelet-client CSRs whose requester passes the
+//!   SubjectAccessReview (`.../nodeclient`, or `.../selfnodeclient` for a node renewing its own
+//!   cert); others stay Pending. Approved-but-invalid requests are Failed by the signer with
+//!   reason `SignerValidationFailure`.
+//! - Signer lifetime = min(expirationSeconds, max_cert_ttl or cert_ttl); notBefore is now -
+//!   `backdate` (5 min default), never before the CA's notBefore (a fresh CA starts at
+//!   `start()`); notAfter is now + lifetime, minus the backdate for lifetimes >= 8 h.
+//! - Deviations: no admission chain beyond NodeRestriction for Nodes/Leases/CSRs; a node may
+//!   `get` only CSRs it filed itself (list/watch are not filtered); only JSON bodies, except the
+//!   protobuf CSR that kubectl PUTs to `/approval`; no server-side apply or JSON patch.
 #![forbid(unsafe_code)]
 
 mod api;
 pub mod auth;
 mod controllers;
+mod events;
 mod faults;
 mod kubeconfig;
 pub mod pki;
@@ -17,13 +34,14 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use tokio::sync::broadcast;
 
+pub use events::{wait_for, Event, RequestRecord};
 pub use faults::{FaultRequest, Faults};
 use store::{Kind, Store};
 
@@ -33,6 +51,9 @@ pub const DEFAULT_TOKEN_GROUP: &str = "system:bootstrappers:kubeadm:default-node
 pub const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 /// kube-controller-manager's default `--cluster-signing-duration` (one year).
 pub const DEFAULT_CERT_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+/// The request log keeps at most this many records (the oldest tenth is dropped when full),
+/// so a long-running `serve` does not grow without bound.
+pub const MAX_REQUEST_LOG: usize = 200_000;
 /// Lifetime of tokens made by `bootstrap_kubeconfig` (kubeadm's default).
 pub const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
 
@@ -63,76 +84,6 @@ pub enum Signer {
     WrongCa,
 }
 
-/// One served request, for the evidence trail.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RequestRecord {
-    pub at: SystemTime,
-    /// Connection id (see `Event::ConnectionOpened`).
-    pub conn: u64,
-    /// The authenticated user name ("" when authentication failed).
-    pub user: String,
-    /// Kubernetes verb (get, list, watch, create, update, patch, delete) or the lower-case
-    /// HTTP method for non-resource paths.
-    pub verb: String,
-    pub method: String,
-    /// Path and query.
-    pub path: String,
-    pub status: u16,
-}
-
-/// What happened, in order, for tests to await instead of sleeping.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Event {
-    ConnectionOpened {
-        conn: u64,
-    },
-    TlsHandshake {
-        conn: u64,
-        alpn: Option<String>,
-        client_cn: Option<String>,
-    },
-    ConnectionClosed {
-        conn: u64,
-    },
-    CsrCreated {
-        name: String,
-        user: String,
-    },
-    CsrApproved {
-        name: String,
-    },
-    CsrDenied {
-        name: String,
-        reason: String,
-    },
-    CsrFailed {
-        name: String,
-        reason: String,
-        message: String,
-    },
-    CsrIssued {
-        name: String,
-        not_after: SystemTime,
-    },
-    LeaseCreated {
-        name: String,
-        user: String,
-        conn: u64,
-    },
-    LeaseRenewed {
-        name: String,
-        user: String,
-        renew_time: Option<jiff::Timestamp>,
-        conn: u64,
-    },
-    OutageStarted,
-    OutageEnded,
-    WatchDropped {
-        conn: u64,
-    },
-    Request(RequestRecord),
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("pki: {0}")]
@@ -158,6 +109,7 @@ pub(crate) struct Settings {
     pub cert_ttl: Duration,
     pub max_cert_ttl: Option<Duration>,
     pub allow_short_expiration: bool,
+    pub backdate: Duration,
 }
 
 /// State shared by the listener, the handlers, the controllers and `TestPlane`.
@@ -169,6 +121,8 @@ pub(crate) struct Shared {
     pub settings: Mutex<Settings>,
     pub events: broadcast::Sender<Event>,
     pub requests: Mutex<Vec<RequestRecord>>,
+    /// Requests answered with the strict 404 (unknown path or method).
+    pub unexpected: Mutex<Vec<RequestRecord>>,
     pub faults: faults::FaultState,
     pub verifier: Arc<dyn rustls::server::danger::ClientCertVerifier>,
     pub next_conn: AtomicU64,
@@ -235,6 +189,14 @@ impl Builder {
         self
     }
 
+    /// How far issued certificates' notBefore is backdated (default 5 min like
+    /// kube-controller-manager; always clamped to the CA's notBefore, which for a fresh CA is
+    /// the start time). Zero makes short-lived test certificates' windows exact.
+    pub fn backdate(mut self, d: Duration) -> Self {
+        self.settings.backdate = d;
+        self
+    }
+
     /// Load the CA from (or write it to) `dir/ca.crt` + `dir/ca.key`.
     pub fn state_dir(mut self, dir: Option<PathBuf>) -> Self {
         self.state_dir = dir;
@@ -273,6 +235,7 @@ impl Builder {
             settings: Mutex::new(self.settings),
             events: broadcast::channel(65536).0,
             requests: Mutex::new(Vec::new()),
+            unexpected: Mutex::new(Vec::new()),
             faults: faults::FaultState::default(),
             verifier: tls.1,
             next_conn: AtomicU64::new(1),
@@ -321,6 +284,7 @@ impl TestPlane {
                 cert_ttl: DEFAULT_CERT_TTL,
                 max_cert_ttl: None,
                 allow_short_expiration: false,
+                backdate: pki::BACKDATE,
             },
             state_dir: None,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
@@ -515,6 +479,16 @@ impl TestPlane {
             .clone()
     }
 
+    /// Requests the strict fake did not recognise (answered 404 naming method and path).
+    /// Tests end with `assert!(tp.unexpected_requests().is_empty())`.
+    pub fn unexpected_requests(&self) -> Vec<RequestRecord> {
+        self.shared
+            .unexpected
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     pub fn faults(&self) -> Faults {
         Faults::new(self.shared.clone())
     }
@@ -531,28 +505,4 @@ impl TestPlane {
             .filter_map(|v| serde_json::from_value(v).ok())
             .collect()
     }
-}
-
-/// Wait (bounded) for the first event matching `f`; `None` on timeout or a closed channel.
-pub async fn wait_for<T>(
-    rx: &mut broadcast::Receiver<Event>,
-    within: Duration,
-    mut f: impl FnMut(&Event) -> Option<T>,
-) -> Option<T> {
-    tokio::time::timeout(within, async {
-        loop {
-            match rx.recv().await {
-                Ok(e) => {
-                    if let Some(t) = f(&e) {
-                        return Some(t);
-                    }
-                }
-                Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(broadcast::error::RecvError::Closed) => return None,
-            }
-        }
-    })
-    .await
-    .ok()
-    .flatten()
 }

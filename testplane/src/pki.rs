@@ -43,7 +43,8 @@ pub struct Ca {
 // === impl Ca ===
 
 impl Ca {
-    /// A fresh self-signed CA named `cn`, valid from one hour ago for ten years.
+    /// A fresh self-signed CA named `cn`, valid from now (to the second) for ten years. A
+    /// fresh CA thereby also clamps the signer's backdate during a short test run.
     pub fn generate(cn: &str) -> Result<Ca, PkiError> {
         let key = KeyPair::generate()?;
         let now = SystemTime::now();
@@ -55,7 +56,7 @@ impl Ca {
             KeyUsagePurpose::CrlSign,
             KeyUsagePurpose::DigitalSignature,
         ];
-        params.not_before = (now - Duration::from_secs(3600)).into();
+        params.not_before = (now - Duration::from_secs(1)).into();
         params.not_after = (now + LONG).into();
         params.serial_number = Some(random_serial());
         let cert = params.self_signed(&key)?;
@@ -197,15 +198,20 @@ impl LeafSpec {
     }
 }
 
-/// The validity window the kubelet-client signer uses: notBefore = now - 5 min (never before
-/// the CA's notBefore); notAfter = now + lifetime for short certificates (< 8 h), else
-/// now + lifetime - 5 min; never after the CA's notAfter.
-pub fn signing_window(now: SystemTime, lifetime: Duration, ca: &Ca) -> (SystemTime, SystemTime) {
-    let nb = clamp_before(now - BACKDATE, ca.not_before);
+/// The validity window the kubelet-client signer uses: notBefore = now - backdate (5 min in
+/// kube-controller-manager; never before the CA's notBefore); notAfter = now + lifetime for
+/// short certificates (< 8 h), else now + lifetime - backdate; never after the CA's notAfter.
+pub fn signing_window(
+    now: SystemTime,
+    lifetime: Duration,
+    backdate: Duration,
+    ca: &Ca,
+) -> (SystemTime, SystemTime) {
+    let nb = clamp_before(now - backdate, ca.not_before);
     let na = if lifetime < SHORT_CERT {
         now + lifetime
     } else {
-        now + lifetime - BACKDATE
+        now + lifetime.saturating_sub(backdate)
     };
     (nb, na.min(ca.not_after))
 }
@@ -402,10 +408,15 @@ mod tests {
     fn window_is_backdated_and_capped() {
         let ca = Ca::generate("t").unwrap();
         let now = SystemTime::now();
-        let (nb, na) = signing_window(now, Duration::from_secs(60), &ca);
-        assert_eq!(nb, now - BACKDATE);
+        let (nb, na) = signing_window(now, Duration::from_secs(60), BACKDATE, &ca);
+        assert_eq!(nb, ca.not_before, "a fresh CA clamps the backdate");
+        let later = now + Duration::from_secs(3600);
+        assert_eq!(
+            signing_window(later, Duration::from_secs(60), BACKDATE, &ca).0,
+            later - BACKDATE
+        );
         assert_eq!(na, now + Duration::from_secs(60));
-        let (_, na) = signing_window(now, Duration::from_secs(100 * 365 * 86400), &ca);
+        let (_, na) = signing_window(now, Duration::from_secs(100 * 365 * 86400), BACKDATE, &ca);
         assert_eq!(na, ca.not_after);
         let s = ca
             .issue_with_new_key(&LeafSpec::client("u", vec!["g".into()], nb, na))

@@ -186,6 +186,10 @@ async fn bootstrap_then_node_identity_and_rbac() {
     tp.create_node("n2");
     assert_eq!(node.get("/api/v1/nodes/n1").await.0, 200);
     assert_eq!(node.get("/api/v1/nodes/n2").await.0, 403);
+    let other_node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n9"}});
+    assert_eq!(node.post("/api/v1/nodes", &other_node).await.0, 403);
+    // Its own bootstrap CSR was filed by the token user, not by the node: not readable.
+    assert_eq!(node.get(&format!("{CSRS}/node-csr-n1")).await.0, 403);
 
     // NodeRestriction: a CSR for another node is forbidden; its own renewal is self-approved.
     let (_, other) = node_csr("system:node:n2", &["system:nodes"]);
@@ -213,6 +217,11 @@ async fn bootstrap_then_node_identity_and_rbac() {
         matches!(e, Event::CsrIssued { name, .. } if name == "renew-n1").then_some(())
     })
     .await;
+    assert_eq!(
+        node.get(&format!("{CSRS}/renew-n1")).await.0,
+        200,
+        "its own CSR"
+    );
     let c = tp.csr("renew-n1").unwrap();
     assert_eq!(
         c.status.unwrap().conditions.unwrap()[0].message.as_deref(),
@@ -253,6 +262,11 @@ async fn bootstrap_then_node_identity_and_rbac() {
         .await;
     assert_eq!(code, 201);
     assert_eq!(body["status"]["allowed"], false);
+    assert!(
+        tp.unexpected_requests().is_empty(),
+        "{:?}",
+        tp.unexpected_requests()
+    );
     tp.shutdown().await;
 }
 
@@ -361,8 +375,12 @@ async fn csr_validation_and_conflicts() {
     let cert = tp.csr("ok").unwrap().status.unwrap().certificate.unwrap().0;
     let der = testplane::pki::pem_blocks(&cert, "CERTIFICATE").remove(0);
     let (_, x) = x509_parser::parse_x509_certificate(&der).unwrap();
-    let life = x.validity().not_after.timestamp() - x.validity().not_before.timestamp();
-    assert_eq!(life, 600 + 300);
+    // notAfter = now + 600 s; notBefore backdated, but never before the (fresh) CA.
+    let now = jiff::Timestamp::now().as_second();
+    assert!((x.validity().not_after.timestamp() - (now + 600)).abs() <= 5);
+    let ca_der = testplane::pki::pem_blocks(tp.ca_pem().as_bytes(), "CERTIFICATE").remove(0);
+    let (_, ca) = x509_parser::parse_x509_certificate(&ca_der).unwrap();
+    assert_eq!(x.validity().not_before, ca.validity().not_before);
     tp.shutdown().await;
 }
 
@@ -598,6 +616,7 @@ async fn strict_404_and_h2() {
         .requests()
         .iter()
         .any(|r| r.method == "PATCH" && r.status == 404));
+    assert_eq!(tp.unexpected_requests().len(), 2);
 
     // HTTP/2 by ALPN, and keep-alive: many requests, one connection.
     let (c, k) = admin_cert(&tp);
@@ -625,5 +644,45 @@ async fn strict_404_and_h2() {
         .map(|r| r.conn)
         .collect::<std::collections::HashSet<_>>();
     assert_eq!(opened.len(), 1, "keep-alive reuses the connection");
+    tp.shutdown().await;
+}
+
+#[tokio::test]
+async fn short_lived_certificates() {
+    let tp = TestPlane::builder()
+        .allow_short_expiration(true)
+        .backdate(std::time::Duration::ZERO)
+        .max_cert_ttl(std::time::Duration::from_secs(3600))
+        .start()
+        .await
+        .unwrap();
+    let token = tp.create_token(None);
+    let api = Api::new(&tp, Who::Token(&token));
+    let mut ev = tp.events();
+    for (name, secs, want) in [("short", 30, 30), ("capped", 7200, 3600)] {
+        let (_, pem) = node_csr("system:node:s", &["system:nodes"]);
+        let body = csr_body(
+            name,
+            &pem,
+            &["digital signature", "client auth"],
+            Some(secs),
+        );
+        assert_eq!(api.post(CSRS, &body).await.0, 201);
+        let not_after = wait(&mut ev, "issued", |e| match e {
+            Event::CsrIssued { name: n, not_after } if n == name => Some(*not_after),
+            _ => None,
+        })
+        .await;
+        let cert = tp.csr(name).unwrap().status.unwrap().certificate.unwrap().0;
+        let der = testplane::pki::pem_blocks(&cert, "CERTIFICATE").remove(0);
+        let (_, x) = x509_parser::parse_x509_certificate(&der).unwrap();
+        let life = x.validity().not_after.timestamp() - x.validity().not_before.timestamp();
+        assert!((want..=want + 1).contains(&life), "{name}: {life}");
+        let na = not_after
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        assert_eq!(na, x.validity().not_after.timestamp());
+    }
     tp.shutdown().await;
 }

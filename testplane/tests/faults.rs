@@ -83,6 +83,14 @@ async fn lease_conflict_and_watch_drop() {
             .0,
         200
     );
+    // Create-on-update, like the real Lease strategy.
+    let (code, _) = admin
+        .put(
+            &lease_path("kube-node-lease", "n7"),
+            &lease_body("n7", None),
+        )
+        .await;
+    assert_eq!(code, 201);
 
     // The next watch ends after one event.
     tp.faults().watch_drop_after(1);

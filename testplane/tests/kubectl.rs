@@ -125,6 +125,12 @@ async fn real_kubectl() {
     .await;
     let (_, out) = kubectl(h, "admin.conf", &["get", "csr", "node-csr-k1"]).await;
     assert_eq!(row(&out, "node-csr-k1")[5], "Approved,Issued", "{out}");
+    // A watch prints Table rows too (headers once).
+    let args = ["get", "csr", "node-csr-k1", "-w", "--request-timeout=1s"];
+    let (ok, out) = kubectl(h, "admin.conf", &args).await;
+    assert!(ok, "{out}");
+    assert_eq!(header(&out)[5], "CONDITION", "{out}");
+    assert_eq!(row(&out, "node-csr-k1")[5], "Approved,Issued", "{out}");
     let c = tp
         .csr("node-csr-k1")
         .unwrap()
@@ -133,6 +139,10 @@ async fn real_kubectl() {
         .conditions
         .unwrap();
     assert_eq!(c[0].reason.as_deref(), Some("KubectlApprove"));
+    assert!(c[0]
+        .last_transition_time
+        .as_ref()
+        .is_some_and(|t| t.0.as_second() > 0));
 
     let (ok, out) = kubectl(h, "admin.conf", &["create", "-f", "k2.yaml"]).await;
     assert!(ok, "{out}");
@@ -176,6 +186,20 @@ async fn real_kubectl() {
     let (_, pem3) = node_csr("system:node:k3", &["system:nodes"]);
     std::fs::write(h.join("k3.yaml"), manifest("node-csr-k3", &pem3)).unwrap();
     std::fs::write(h.join("k4.yaml"), manifest("node-csr-k4", &pem3)).unwrap();
+    let (ok, out) = kubectl(
+        h,
+        "bootstrap-kubelet.conf",
+        &["auth", "can-i", "create", "csr"],
+    )
+    .await;
+    assert!(ok && out.starts_with("yes"), "{out}");
+    let (ok, out) = kubectl(
+        h,
+        "bootstrap-kubelet.conf",
+        &["auth", "can-i", "get", "lease", "-n", "kube-node-lease"],
+    )
+    .await;
+    assert!(!ok && out.starts_with("no"), "{out}");
     let (ok, out) = kubectl(h, "bootstrap-kubelet.conf", &["create", "-f", "k3.yaml"]).await;
     assert!(ok, "{out}");
     let (ok, out) = kubectl(

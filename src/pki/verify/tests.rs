@@ -191,7 +191,7 @@ fn validity_window_has_five_minutes_of_not_before_tolerance() {
     let err = ok(at("2029-12-31T23:54:59Z")).unwrap_err();
     assert_eq!(
         err.to_string(),
-        "certificate is not valid before 2030-01-01T00:00:00Z (more than 5 minutes ahead)"
+        "certificate is not valid before 2030-01-01T00:00:00Z, more than 5 minutes ahead of this node's clock (is the clock right? check `timedatectl`)"
     );
     ok(at("2030-03-31T23:59:59Z")).unwrap();
     let err = ok(at("2030-04-01T00:00:00Z")).unwrap_err();

@@ -177,7 +177,7 @@ pub fn update(ctx: &Ctx, name: &str, sub: &str, body: Value) -> Result<Resp, Api
                         return Err(StoreError::Conflict);
                     }
                     let st = cur.status.get_or_insert_with(Default::default);
-                    st.conditions = conds;
+                    st.conditions = conds.map(stamp_conditions);
                     if sub == "status" {
                         st.certificate = new.status.as_ref().and_then(|s| s.certificate.clone());
                     }
@@ -208,4 +208,16 @@ fn check_conditions(
         return Some("Forbidden: Approved and Denied conditions are mutually exclusive".into());
     }
     None
+}
+
+/// Like the CSR status strategy: unset condition timestamps become now.
+fn stamp_conditions(
+    mut c: Vec<k8s_openapi::api::certificates::v1::CertificateSigningRequestCondition>,
+) -> Vec<k8s_openapi::api::certificates::v1::CertificateSigningRequestCondition> {
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now());
+    for x in &mut c {
+        x.last_update_time.get_or_insert_with(|| now.clone());
+        x.last_transition_time.get_or_insert_with(|| now.clone());
+    }
+    c
 }

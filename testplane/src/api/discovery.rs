@@ -213,8 +213,15 @@ pub fn review(ctx: &Ctx, resource: &str) -> Result<Resp, ApiError> {
             },
         )),
         _ => {
-            let mut sar: SelfSubjectAccessReview = serde_json::from_value(body_json(ctx)?)
-                .map_err(|e| ApiError::bad_request(e.to_string()))?;
+            let body = if ctx.content_type.contains("protobuf") {
+                super::proto::decode_ssar(&ctx.body).ok_or_else(|| {
+                    ApiError::bad_request("unable to decode protobuf SelfSubjectAccessReview")
+                })?
+            } else {
+                body_json(ctx)?
+            };
+            let mut sar: SelfSubjectAccessReview =
+                serde_json::from_value(body).map_err(|e| ApiError::bad_request(e.to_string()))?;
             let attrs = if let Some(r) = &sar.spec.resource_attributes {
                 let s = |o: &Option<String>| o.clone().unwrap_or_default();
                 Attrs::resource(

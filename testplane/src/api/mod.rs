@@ -6,6 +6,8 @@ mod csr;
 mod discovery;
 mod proto;
 mod resources;
+mod route;
+mod status;
 mod table;
 mod watch;
 
@@ -15,20 +17,21 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use bytes::Bytes;
-use http_body_util::{combinators::BoxBody, BodyExt, Full};
+use http_body_util::{combinators::BoxBody, BodyExt};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, DATE, RETRY_AFTER};
-use hyper::{Method, Request, Response, StatusCode};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
-    ListMeta, Status, StatusCause, StatusDetails,
-};
+use hyper::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, DATE};
+use hyper::{Method, Request, Response};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::StatusDetails;
 
 use crate::auth::{self, UserInfo};
 use crate::faults::Injected;
 use crate::rbac::{self, Attrs, Decision};
 use crate::server::ConnInfo;
-use crate::store::{Kind, StoreError};
 use crate::{Event, RequestRecord, Shared};
+
+use route::{parse_query, verb_for};
+pub use route::{parse_route, Route};
+pub use status::{json, text, ApiError};
 
 pub type Body = BoxBody<Bytes, Infallible>;
 pub type Resp = Response<Body>;
@@ -54,299 +57,6 @@ impl Ctx {
     pub fn wants_table(&self) -> bool {
         self.accept.contains("as=Table")
     }
-}
-
-/// A failed request, rendered as a metav1 Status.
-#[derive(Debug)]
-pub struct ApiError {
-    pub code: u16,
-    pub reason: &'static str,
-    pub message: String,
-    pub details: Option<Box<StatusDetails>>,
-    pub retry_after: Option<u64>,
-}
-
-// === impl ApiError ===
-
-impl ApiError {
-    pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError {
-            code,
-            reason,
-            message: message.into(),
-            details: None,
-            retry_after: None,
-        }
-    }
-
-    fn with_details(mut self, kind: Kind, name: &str) -> ApiError {
-        let i = kind.info();
-        self.details = Some(Box::new(StatusDetails {
-            name: (!name.is_empty()).then(|| name.to_string()),
-            group: (!i.group.is_empty()).then(|| i.group.to_string()),
-            kind: Some(i.resource.to_string()),
-            ..Default::default()
-        }));
-        self
-    }
-
-    pub fn not_found(kind: Kind, name: &str) -> ApiError {
-        ApiError::new(
-            404,
-            "NotFound",
-            format!("{} \"{name}\" not found", qualified(kind)),
-        )
-        .with_details(kind, name)
-    }
-
-    pub fn already_exists(kind: Kind, name: &str) -> ApiError {
-        ApiError::new(
-            409,
-            "AlreadyExists",
-            format!("{} \"{name}\" already exists", qualified(kind)),
-        )
-        .with_details(kind, name)
-    }
-
-    pub fn conflict(kind: Kind, name: &str) -> ApiError {
-        ApiError::new(
-            409,
-            "Conflict",
-            format!(
-                "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
-                qualified(kind)
-            ),
-        )
-        .with_details(kind, name)
-    }
-
-    pub fn from_store(e: StoreError, kind: Kind, name: &str) -> ApiError {
-        match e {
-            StoreError::AlreadyExists => ApiError::already_exists(kind, name),
-            StoreError::NotFound => ApiError::not_found(kind, name),
-            StoreError::Conflict => ApiError::conflict(kind, name),
-            StoreError::Gone { requested, oldest } => ApiError::new(
-                410,
-                "Expired",
-                format!("too old resource version: {requested} ({oldest})"),
-            ),
-        }
-    }
-
-    pub fn bad_request(msg: impl Into<String>) -> ApiError {
-        ApiError::new(400, "BadRequest", msg)
-    }
-
-    /// 422 with field causes: (field, reason, message).
-    pub fn invalid(
-        kind: Kind,
-        name: &str,
-        causes: Vec<(String, &'static str, String)>,
-    ) -> ApiError {
-        let list: Vec<String> = causes.iter().map(|(f, _, m)| format!("{f}: {m}")).collect();
-        let joined = if list.len() == 1 {
-            list[0].clone()
-        } else {
-            format!("[{}]", list.join(", "))
-        };
-        let i = kind.info();
-        let gk = if i.group.is_empty() {
-            i.kind.to_string()
-        } else {
-            format!("{}.{}", i.kind, i.group)
-        };
-        let mut e = ApiError::new(
-            422,
-            "Invalid",
-            format!("{gk} \"{name}\" is invalid: {joined}"),
-        );
-        e.details = Some(Box::new(StatusDetails {
-            name: Some(name.to_string()),
-            group: Some(i.group.to_string()),
-            kind: Some(i.kind.to_string()),
-            causes: Some(
-                causes
-                    .into_iter()
-                    .map(|(f, r, m)| StatusCause {
-                        field: Some(f),
-                        reason: Some(r.into()),
-                        message: Some(m),
-                    })
-                    .collect(),
-            ),
-            ..Default::default()
-        }));
-        e
-    }
-
-    pub fn status(&self) -> Status {
-        Status {
-            code: Some(self.code as i32),
-            details: self.details.as_deref().cloned(),
-            message: Some(self.message.clone()),
-            metadata: ListMeta::default(),
-            reason: Some(self.reason.to_string()),
-            status: Some("Failure".into()),
-        }
-    }
-
-    pub fn into_resp(self) -> Resp {
-        let mut r = json(self.code, &self.status());
-        if let Some(s) = self.retry_after {
-            r.headers_mut().insert(RETRY_AFTER, HeaderValue::from(s));
-        }
-        r
-    }
-}
-
-/// "certificatesigningrequests.certificates.k8s.io" or "nodes".
-pub fn qualified(kind: Kind) -> String {
-    let i = kind.info();
-    if i.group.is_empty() {
-        i.resource.to_string()
-    } else {
-        format!("{}.{}", i.resource, i.group)
-    }
-}
-
-pub fn full(b: impl Into<Bytes>) -> Body {
-    Full::new(b.into()).boxed()
-}
-
-pub fn json<T: serde::Serialize>(code: u16, v: &T) -> Resp {
-    let body = serde_json::to_vec(v).unwrap_or_default();
-    let mut r = Response::new(full(body));
-    *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    r.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    r
-}
-
-pub fn text(code: u16, s: &'static str) -> Resp {
-    let mut r = Response::new(full(s));
-    *r.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::OK);
-    r.headers_mut().insert(
-        CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    r
-}
-
-/// The parsed target of a request.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Route {
-    NonResource,
-    Resource {
-        kind: Kind,
-        ns: String,
-        name: String,
-        sub: String,
-    },
-    /// POST-only review resources: (group, resource).
-    Review(&'static str, &'static str),
-    Admin(String),
-    Unknown,
-}
-
-pub fn parse_route(path: &str) -> Route {
-    let segs: Vec<&str> = path
-        .trim_matches('/')
-        .split('/')
-        .filter(|s| !s.is_empty())
-        .collect();
-    let (group, version, rest) = match segs.as_slice() {
-        ["testplane", rest @ ..] => return Route::Admin(rest.join("/")),
-        ["api"] | ["apis"] | ["version"] | ["healthz"] | ["readyz"] | ["livez"] => {
-            return Route::NonResource
-        }
-        ["api", "v1"] | ["apis", _] | ["apis", _, _] | ["openapi", ..] => {
-            return Route::NonResource
-        }
-        ["api", "v1", rest @ ..] => ("", "v1", rest),
-        ["apis", g, v, rest @ ..] => (*g, *v, rest),
-        _ => return Route::Unknown,
-    };
-    match (group, version, rest) {
-        ("authentication.k8s.io", "v1", ["selfsubjectreviews"]) => {
-            return Route::Review("authentication.k8s.io", "selfsubjectreviews")
-        }
-        ("authorization.k8s.io", "v1", ["selfsubjectaccessreviews"]) => {
-            return Route::Review("authorization.k8s.io", "selfsubjectaccessreviews")
-        }
-        _ => {}
-    }
-    let (ns, res, name, sub) = match rest {
-        ["namespaces", ns, res, tail @ ..]
-            if tail.len() <= 2 && !(group.is_empty() && tail.is_empty() && *res == "status") =>
-        {
-            (*ns, *res, tail.first().copied(), tail.get(1).copied())
-        }
-        [res, tail @ ..] if tail.len() <= 2 => {
-            ("", *res, tail.first().copied(), tail.get(1).copied())
-        }
-        _ => return Route::Unknown,
-    };
-    let Some(kind) = Kind::from_resource(group, version, res) else {
-        return Route::Unknown;
-    };
-    if !ns.is_empty() && !kind.info().namespaced {
-        return Route::Unknown;
-    }
-    Route::Resource {
-        kind,
-        ns: ns.to_string(),
-        name: name.unwrap_or("").to_string(),
-        sub: sub.unwrap_or("").to_string(),
-    }
-}
-
-fn verb_for(method: &Method, route: &Route, query: &HashMap<String, String>) -> String {
-    let watch = matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
-    match (method, route) {
-        (&Method::GET, Route::Resource { name, .. }) if name.is_empty() => {
-            if watch { "watch" } else { "list" }.into()
-        }
-        (&Method::GET, Route::Resource { .. }) => if watch { "watch" } else { "get" }.into(),
-        (&Method::POST, Route::Resource { .. } | Route::Review(..)) => "create".into(),
-        (&Method::PUT, _) => "update".into(),
-        (&Method::PATCH, _) => "patch".into(),
-        (&Method::DELETE, Route::Resource { name, .. }) if name.is_empty() => {
-            "deletecollection".into()
-        }
-        (&Method::DELETE, _) => "delete".into(),
-        (m, _) => m.as_str().to_ascii_lowercase(),
-    }
-}
-
-fn parse_query(q: Option<&str>) -> HashMap<String, String> {
-    let mut out = HashMap::new();
-    for pair in q.unwrap_or("").split('&').filter(|s| !s.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        out.insert(pct_decode(k), pct_decode(v));
-    }
-    out
-}
-
-fn pct_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let hex = b
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok());
-        match (b[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
-            (b'%', Some(v)) => {
-                out.push(v);
-                i += 3;
-                continue;
-            }
-            (b'+', _) => out.push(b' '),
-            (c, _) => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The hyper service: one request in, one response out, always recorded.
@@ -431,11 +141,20 @@ pub async fn handle(
         status: resp.status().as_u16(),
     };
     tracing::debug!(conn = rec.conn, user = %rec.user, verb = %rec.verb, path = %rec.path, status = rec.status, "request");
-    shared
-        .requests
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .push(rec.clone());
+    if resp.headers_mut().remove(UNEXPECTED).is_some() {
+        shared
+            .unexpected
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(rec.clone());
+    }
+    {
+        let mut log = shared.requests.lock().unwrap_or_else(|e| e.into_inner());
+        if log.len() >= crate::MAX_REQUEST_LOG {
+            log.drain(..crate::MAX_REQUEST_LOG / 10);
+        }
+        log.push(rec.clone());
+    }
     shared.emit(Event::Request(rec));
     Ok(resp)
 }
@@ -501,7 +220,8 @@ async fn dispatch(ctx: &Ctx, route: &Route, verb: &str) -> Resp {
     }
     let result = match route {
         Route::NonResource => return discovery::serve(ctx),
-        Route::Review(_, r) => discovery::review(ctx, r),
+        Route::Review(_, r) if ctx.method == Method::POST => discovery::review(ctx, r),
+        Route::Review(..) => return unknown(ctx),
         Route::Admin(p) => admin(ctx, p).await,
         Route::Resource {
             kind,
@@ -516,7 +236,7 @@ async fn dispatch(ctx: &Ctx, route: &Route, verb: &str) -> Resp {
 
 /// Strict fake: anything unexpected is a 404 naming the method and path.
 pub fn unknown(ctx: &Ctx) -> Resp {
-    ApiError::new(
+    let mut r = ApiError::new(
         404,
         "NotFound",
         format!(
@@ -524,8 +244,14 @@ pub fn unknown(ctx: &Ctx) -> Resp {
             ctx.method, ctx.path
         ),
     )
-    .into_resp()
+    .into_resp();
+    r.headers_mut()
+        .insert(UNEXPECTED, HeaderValue::from_static("1"));
+    r
 }
+
+/// Internal marker on strict-404 responses; stripped before sending.
+const UNEXPECTED: &str = "x-testplane-unexpected";
 
 async fn admin(ctx: &Ctx, path: &str) -> Result<Resp, ApiError> {
     match (&ctx.method, path) {
@@ -547,43 +273,3 @@ async fn admin(ctx: &Ctx, path: &str) -> Result<Resp, ApiError> {
 }
 
 pub use self::text as plain;
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn routes() {
-        assert_eq!(
-            parse_route("/apis/certificates.k8s.io/v1/certificatesigningrequests/x/approval"),
-            Route::Resource {
-                kind: Kind::Csr,
-                ns: "".into(),
-                name: "x".into(),
-                sub: "approval".into()
-            }
-        );
-        assert_eq!(
-            parse_route("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n1"),
-            Route::Resource {
-                kind: Kind::Lease,
-                ns: "kube-node-lease".into(),
-                name: "n1".into(),
-                sub: "".into()
-            }
-        );
-        assert_eq!(
-            parse_route("/api/v1/namespaces/kube-system"),
-            Route::Resource {
-                kind: Kind::Namespace,
-                ns: "".into(),
-                name: "kube-system".into(),
-                sub: "".into()
-            }
-        );
-        assert_eq!(parse_route("/api/v1/namespaces/x/nodes"), Route::Unknown);
-        assert_eq!(parse_route("/apis/foo/v1/bars"), Route::Unknown);
-        assert_eq!(parse_route("/version"), Route::NonResource);
-        assert_eq!(pct_decode("metadata.name%3Dabc"), "metadata.name=abc");
-    }
-}

@@ -63,15 +63,19 @@ fn string(f: &Field<'_>) -> Option<String> {
     }
 }
 
-fn time(b: &[u8]) -> Option<Value> {
+/// A metav1.Time; the zero time (what Go sends for "unset") becomes None.
+fn time(b: &[u8]) -> Option<Option<Value>> {
     let mut secs = 0i64;
     for (n, f) in fields(b)? {
         if let (1, Field::Varint(v)) = (n, f) {
             secs = v as i64;
         }
     }
+    if secs == 0 || secs == -62_135_596_800 {
+        return Some(None);
+    }
     let t = jiff::Timestamp::from_second(secs).ok()?;
-    Some(t.to_string().into())
+    Some(Some(t.to_string().into()))
 }
 
 fn condition(b: &[u8]) -> Option<Value> {
@@ -89,7 +93,9 @@ fn condition(b: &[u8]) -> Option<Value> {
                     "lastTransitionTime"
                 };
                 if let Field::Bytes(t) = f {
-                    c.insert(k.into(), time(t)?);
+                    if let Some(t) = time(t)? {
+                        c.insert(k.into(), t);
+                    }
                 }
                 continue;
             }
@@ -147,6 +153,53 @@ pub fn decode_csr(body: &[u8]) -> Option<Value> {
     }))
 }
 
+/// Decode an enveloped SelfSubjectAccessReview (what `kubectl auth can-i` sends) into JSON.
+pub fn decode_ssar(body: &[u8]) -> Option<Value> {
+    let env = fields(body.strip_prefix(MAGIC)?)?;
+    let raw = env.iter().find_map(|(n, f)| match (n, f) {
+        (2, Field::Bytes(b)) => Some(*b),
+        _ => None,
+    })?;
+    let mut spec = Map::new();
+    for (n, f) in fields(raw)? {
+        let (2, Field::Bytes(s)) = (n, f) else {
+            continue;
+        };
+        for (sn, sf) in fields(s)? {
+            let Field::Bytes(attrs) = sf else { continue };
+            let (key, names): (&str, &[&str]) = match sn {
+                1 => (
+                    "resourceAttributes",
+                    &[
+                        "",
+                        "namespace",
+                        "verb",
+                        "group",
+                        "version",
+                        "resource",
+                        "subresource",
+                        "name",
+                    ],
+                ),
+                2 => ("nonResourceAttributes", &["", "path", "verb"]),
+                _ => continue,
+            };
+            let mut m = Map::new();
+            for (an, af) in fields(attrs)? {
+                if let Some(name) = names.get(an as usize).filter(|n| !n.is_empty()) {
+                    if let Some(v) = string(&af) {
+                        m.insert(name.to_string(), v.into());
+                    }
+                }
+            }
+            spec.insert(key.into(), Value::Object(m));
+        }
+    }
+    Some(
+        json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": spec}),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -178,5 +231,10 @@ mod tests {
             v["status"]["conditions"][0]["lastUpdateTime"],
             "1970-01-01T00:00:01Z"
         );
+        let zero = [ld(1, b"Approved"), ld(5, &[])].concat();
+        let v = decode_csr(&[MAGIC.to_vec(), ld(2, &ld(3, &ld(1, &zero)))].concat()).unwrap();
+        assert!(v["status"]["conditions"][0]
+            .get("lastTransitionTime")
+            .is_none());
     }
 }

@@ -118,6 +118,18 @@ fn get(ctx: &Ctx, kind: Kind, ns: &str, name: &str) -> Result<Resp, ApiError> {
         .store
         .get(kind, ns, name)
         .ok_or_else(|| ApiError::not_found(kind, name))?;
+    // Node authorizer: a node reads only the CSRs it filed itself.
+    if let (Kind::Csr, Some(_)) = (kind, ctx.user.node_name()) {
+        if obj["spec"]["username"].as_str() != Some(ctx.user.name.as_str()) {
+            return Err(node_forbidden(
+                ctx,
+                kind,
+                "get",
+                name,
+                "can only get its own certificate signing requests",
+            ));
+        }
+    }
     if ctx.wants_table() {
         return Ok(json(200, &table::table(kind, vec![obj], None)));
     }
@@ -210,6 +222,16 @@ fn create(ctx: &Ctx, kind: Kind, ns: &str) -> Result<Resp, ApiError> {
     }
     check_namespace(ctx, kind, ns, &mut obj)?;
     let name = meta_str(&obj, "name").to_string();
+    // NodeRestriction: a node may create only its own Node and Lease.
+    if let (Kind::Node | Kind::Lease, Some(node)) = (kind, ctx.user.node_name()) {
+        if name != node {
+            let why = format!(
+                "node \"{node}\" is not allowed to create {} \"{name}\"",
+                kind.info().resource
+            );
+            return Err(node_forbidden(ctx, kind, "create", &name, &why));
+        }
+    }
     let obj = match kind {
         Kind::Csr => csr::prepare_create(ctx, normalize(kind, obj)?)?,
         _ => normalize(kind, obj)?,
@@ -258,6 +280,20 @@ fn update(ctx: &Ctx, kind: Kind, ns: &str, name: &str, sub: &str) -> Result<Resp
     }
     if kind == Kind::Lease && ctx.shared.faults.take_lease_conflict() {
         return Err(ApiError::conflict(kind, name));
+    }
+    // Leases allow create-on-update (leaseStrategy.AllowCreateOnUpdate is true).
+    let create = kind == Kind::Lease
+        && meta_str(&obj, "resourceVersion").is_empty()
+        && ctx.shared.store.get(kind, ns, name).is_none();
+    if create {
+        let stored = ctx
+            .shared
+            .store
+            .create(kind, ns, obj)
+            .map_err(|e| ApiError::from_store(e, kind, name))?;
+        let (name, user, conn) = (name.to_string(), ctx.user.name.clone(), ctx.conn);
+        ctx.shared.emit(Event::LeaseCreated { name, user, conn });
+        return Ok(json(201, &stored));
     }
     let stored = ctx
         .shared
@@ -368,4 +404,14 @@ fn delete(ctx: &Ctx, kind: Kind, ns: &str, name: &str) -> Result<Resp, ApiError>
 /// ObjectMeta of a stored object (for tables).
 pub fn object_meta(v: &Value) -> ObjectMeta {
     serde_json::from_value(v["metadata"].clone()).unwrap_or_default()
+}
+
+fn node_forbidden(ctx: &Ctx, kind: Kind, verb: &str, name: &str, why: &str) -> ApiError {
+    let i = kind.info();
+    let a = crate::rbac::Attrs::resource(verb, i.group, i.resource, "", "", name);
+    ApiError::new(
+        403,
+        "Forbidden",
+        format!("{}: {why}", a.forbidden_message(&ctx.user.name)),
+    )
 }

@@ -1,0 +1,106 @@
+//! The command line as users and scripts see it: `--help` snapshots, `version`, and the
+//! one-line failures with a non-zero exit for bad flags and config files.
+
+use std::process::Command;
+
+fn bootlet(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_bootlet"))
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run bootlet");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Compare with `tests/snapshots/NAME`; `UPDATE_SNAPSHOTS=1` rewrites it.
+fn snapshot(name: &str, actual: &str) {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/snapshots")
+        .join(name);
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_default();
+    assert_eq!(
+        actual, expected,
+        "{name} changed; rerun with UPDATE_SNAPSHOTS=1 if intended"
+    );
+}
+
+#[test]
+fn help_snapshots() {
+    let (code, out, _) = bootlet(&["--help"]);
+    assert_eq!(code, Some(0));
+    snapshot("help.txt", &out);
+    let (code, out, _) = bootlet(&["run", "--help"]);
+    assert_eq!(code, Some(0));
+    snapshot("run-help.txt", &out);
+}
+
+#[test]
+fn version_prints_the_crate_version() {
+    let (code, out, _) = bootlet(&["version"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(out.trim(), format!("bootlet {}", env!("CARGO_PKG_VERSION")));
+}
+
+#[test]
+fn an_unknown_flag_fails_and_names_it() {
+    let (code, _, err) = bootlet(&["run", "--no-such-flag"]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("--no-such-flag"), "{err}");
+}
+
+#[test]
+fn a_bad_flag_value_names_the_flag() {
+    let (code, _, err) = bootlet(&["run", "--lease-renew-interval", "10x"]);
+    assert_ne!(code, Some(0));
+    assert!(
+        err.contains("lease-renew-interval") || err.contains("leaseRenewInterval"),
+        "{err}"
+    );
+    let (code, _, err) = bootlet(&["run", "--renew-lease", "maybe"]);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("--renew-lease"), "{err}");
+}
+
+fn config_error(contents: &str) -> (String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bootlet.yaml");
+    std::fs::write(&file, contents).unwrap();
+    let path = file.to_str().unwrap().to_string();
+    let (code, out, err) = bootlet(&["run", "--config", &path]);
+    assert_eq!(code, Some(1), "stdout {out} stderr {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    (path, err)
+}
+
+#[test]
+fn config_file_errors_are_one_line_naming_the_file_and_key() {
+    let (path, err) = config_error("leaseRenewInterval: 10x\n");
+    assert!(
+        err.contains(&path) && err.contains("leaseRenewInterval"),
+        "{err}"
+    );
+
+    let (path, err) = config_error("noSuchKey: 1\n");
+    assert!(err.contains(&path) && err.contains("noSuchKey"), "{err}");
+
+    let (path, err) = config_error("renewLease: perhaps\n");
+    assert!(err.contains(&path) && err.contains("renewLease"), "{err}");
+
+    let (path, err) = config_error("this: [is not: yaml\n");
+    assert!(err.contains(&path), "{err}");
+}
+
+#[test]
+fn a_missing_config_file_names_it() {
+    let (code, _, err) = bootlet(&["run", "--config", "/nonexistent/bootlet.yaml"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("/nonexistent/bootlet.yaml"), "{err}");
+}
