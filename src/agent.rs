@@ -1,33 +1,41 @@
-//! The daemon (`bootlet run`): wires bootstrap, the loops, notify and shutdown together.
-//! Each piece owns its own logic; this file only starts, joins and stops them.
-
-use std::time::Duration;
+//! The daemon (`bootlet run`): wires bootstrap, the loops, notify, shutdown and reload
+//! (SIGHUP) together. Each piece owns its own logic; this file only starts, joins, restarts
+//! and stops them, and decides which reloaded settings apply live.
 
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::apiserver::ClientOptions;
+use crate::apiserver::{ApiClient, ClientOptions};
 use crate::bootstrap::Bootstrap;
-use crate::config::Settings;
-use crate::error::Error;
+use crate::cli::{self, Command};
+use crate::config::{format_duration, ConfigError, Settings};
+use crate::error::{report, Error};
 use crate::health::Health;
-use crate::lease::LeaseLoop;
+use crate::lease::{self, LeaseLoop};
 use crate::rotation::Rotation;
-use crate::{notify, shutdown};
+use crate::{notify, shutdown, telemetry};
 
 /// Run until SIGTERM/SIGINT. Returns an error only when the agent cannot start.
 pub async fn run(settings: Settings) -> Result<(), Error> {
     let health = Health::new(settings.renew_lease);
     let (trigger, shutdown) = shutdown::channel();
-    let notifier = tokio::spawn(notify::run(health.subscribe(), shutdown.clone()));
+    let notifier = tokio::spawn(notify::run(health.clone(), shutdown.clone()));
     let signal = shutdown::signal_received();
     tokio::pin!(signal);
+    // Installed before bootstrap so an early SIGHUP is queued, not fatal.
+    let mut hangups = shutdown::hangups();
 
     let bootstrap = Bootstrap::new(&settings, health.clone(), ClientOptions::default());
     let span = tracing::info_span!("bootstrap", node = %settings.node_name);
     let creds = tokio::select! {
         creds = bootstrap.run().instrument(span) => creds?,
-        sig = &mut signal => return stop(sig, &trigger, notifier, settings.shutdown_grace).await,
+        sig = &mut signal => {
+            let deadline = stopping(sig, &trigger, settings.shutdown_grace);
+            let _ = tokio::time::timeout_at(deadline, notifier).await;
+            return Ok(());
+        }
     };
     tracing::info!(
         node = %settings.node_name,
@@ -37,18 +45,8 @@ pub async fn run(settings: Settings) -> Result<(), Error> {
     );
     // Every loop uses the newest client; rotation publishes a new one here.
     let (clients_tx, clients) = watch::channel(creds.client.clone());
-    let mut loops = Vec::new();
-    if settings.renew_lease {
-        let lease = LeaseLoop::from(&settings);
-        let span = tracing::info_span!("lease", node = %settings.node_name);
-        loops.push(tokio::spawn(
-            lease
-                .run(clients.clone(), health.clone(), shutdown.clone())
-                .instrument(span),
-        ));
-    } else {
-        tracing::info!("--renew-lease=false: the Lease is left to the kubelet");
-    }
+    let mut live = settings.clone();
+    let mut lease = LeaseTask::start(&live, &clients, &health);
     let rotation = Rotation {
         settings: &settings,
         bootstrap: &bootstrap,
@@ -58,27 +56,268 @@ pub async fn run(settings: Settings) -> Result<(), Error> {
     let span = tracing::info_span!("rotation", node = %settings.node_name);
     let rotating = rotation.run(creds, shutdown.clone()).instrument(span);
     tokio::pin!(rotating);
-    let sig = tokio::select! {
-        sig = &mut signal => sig,
-        () = &mut rotating => signal.await,
+    let mut rotation_done = false;
+    let sig = loop {
+        tokio::select! {
+            sig = &mut signal => break sig,
+            () = &mut rotating, if !rotation_done => rotation_done = true,
+            Some(()) = recv(&mut hangups) => {
+                notify::reloading();
+                match reread() {
+                    Ok(new) => lease = apply(&mut live, new, lease, &clients, &health).await,
+                    Err(e) => tracing::error!(error = %report(&e), "reload failed; keeping the running configuration"),
+                }
+                notify::reloaded(&health);
+            }
+        }
     };
-    let result = stop(sig, &trigger, notifier, settings.shutdown_grace).await;
-    for task in loops {
-        let _ = tokio::time::timeout(settings.shutdown_grace, task).await;
+    // In-flight work (a Lease write, a certificate install) finishes within the grace
+    // period; the Lease itself is left alone.
+    let deadline = stopping(sig, &trigger, live.shutdown_grace);
+    if let Some(task) = lease {
+        task.stop(deadline, &health).await;
     }
-    result
+    if !rotation_done
+        && tokio::time::timeout_at(deadline, &mut rotating)
+            .await
+            .is_err()
+    {
+        tracing::warn!("rotation still busy after the grace period; stopping anyway");
+    }
+    let _ = tokio::time::timeout_at(deadline, notifier).await;
+    Ok(())
 }
 
-async fn stop(
+/// STOPPING=1, fire the shutdown, and return the deadline for in-flight work.
+fn stopping(
     sig: std::io::Result<&'static str>,
     trigger: &shutdown::Trigger,
-    notifier: tokio::task::JoinHandle<()>,
-    grace: Duration,
-) -> Result<(), Error> {
+    grace: std::time::Duration,
+) -> Instant {
     let why = sig.unwrap_or("signal handler failed");
     tracing::info!("received {why}; stopping");
     notify::stopping(why);
     trigger.fire();
-    let _ = tokio::time::timeout(grace, notifier).await;
-    Ok(())
+    Instant::now() + grace
+}
+
+/// The next SIGHUP, or never when the handler could not be installed.
+async fn recv(hangups: &mut Option<tokio::signal::unix::Signal>) -> Option<()> {
+    match hangups {
+        Some(signal) => signal.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// A running Lease loop with its own stop switch, so reload can replace it.
+struct LeaseTask {
+    stop: shutdown::Trigger,
+    handle: JoinHandle<()>,
+}
+
+// === impl LeaseTask ===
+
+impl LeaseTask {
+    /// Starts the loop when `--renew-lease` is on.
+    fn start(
+        settings: &Settings,
+        clients: &watch::Receiver<ApiClient>,
+        health: &Health,
+    ) -> Option<LeaseTask> {
+        health.update(|s| s.lease.enabled = settings.renew_lease);
+        if !settings.renew_lease {
+            tracing::info!("--renew-lease=false: the Lease is left to the kubelet");
+            return None;
+        }
+        let (stop, shutdown) = shutdown::channel();
+        let span = tracing::info_span!("lease", node = %settings.node_name);
+        let handle = tokio::spawn(
+            LeaseLoop::from(settings)
+                .run(clients.clone(), health.clone(), shutdown)
+                .instrument(span),
+        );
+        Some(LeaseTask { stop, handle })
+    }
+
+    /// Asks the loop to stop; a renewal in flight finishes first, until `deadline`.
+    async fn stop(self, deadline: Instant, health: &Health) {
+        self.stop.fire();
+        let abort = self.handle.abort_handle();
+        if tokio::time::timeout_at(deadline, self.handle)
+            .await
+            .is_err()
+        {
+            tracing::warn!("the Lease loop did not stop within the grace period; aborting it");
+            abort.abort();
+        }
+        health.retire(lease::TASK);
+    }
+}
+
+/// Why a reload was refused; the running configuration stays.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// Cannot happen in practice: the same argv parsed at start.
+    #[error("re-reading the command line")]
+    CommandLine(#[source] clap::Error),
+    #[error("the command line is not `bootlet run`")]
+    NotRun,
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+}
+
+/// Re-reads the configuration the way it was first read: the same command line (so flags
+/// still override the file) over the current content of `--config`.
+fn reread() -> Result<Settings, ReloadError> {
+    match cli::parse_from(std::env::args_os()).map_err(ReloadError::CommandLine)? {
+        Command::Run(flags) => Ok(Settings::load(&flags)?),
+        _ => Err(ReloadError::NotRun),
+    }
+}
+
+/// Applies what can change live: the log level and the Lease loop (renewLease,
+/// leaseRenewInterval, leaseDuration, leaseHealthProbe, leaseOwnerLookupInterval: the loop
+/// is restarted with them) and shutdownGrace. Anything else is logged as needing a restart.
+async fn apply(
+    live: &mut Settings,
+    new: Settings,
+    lease: Option<LeaseTask>,
+    clients: &watch::Receiver<ApiClient>,
+    health: &Health,
+) -> Option<LeaseTask> {
+    let mut applied = Vec::new();
+    if new.verbosity != live.verbosity {
+        if telemetry::set_verbosity(new.verbosity) {
+            applied.push(format!("verbosity={}", new.verbosity));
+        } else {
+            tracing::warn!("verbosity changed, but RUST_LOG sets the log level; unchanged");
+        }
+    }
+    if new.shutdown_grace != live.shutdown_grace {
+        applied.push(format!(
+            "shutdownGrace={}",
+            format_duration(new.shutdown_grace)
+        ));
+    }
+    let lease_changed = lease_knobs(&new) != lease_knobs(live);
+    let lease = if lease_changed {
+        applied.push(format!(
+            "renewLease={} leaseRenewInterval={} leaseDuration={} leaseHealthProbe={}",
+            new.renew_lease,
+            format_duration(new.lease_renew_interval),
+            format_duration(new.lease_duration),
+            new.lease_health_probe.as_deref().unwrap_or("none")
+        ));
+        if let Some(task) = lease {
+            task.stop(Instant::now() + live.lease_renew_interval, health)
+                .await;
+        }
+        LeaseTask::start(&new, clients, health)
+    } else {
+        lease
+    };
+    let restart = needs_restart(live, &new);
+    if !restart.is_empty() {
+        tracing::warn!(
+            keys = %restart.join(", "),
+            "changed in the configuration but only applied after a restart (systemctl restart bootlet)"
+        );
+    }
+    let applied = if applied.is_empty() {
+        "nothing".to_string()
+    } else {
+        applied.join(", ")
+    };
+    tracing::info!(%applied, "configuration reloaded");
+    // Keep the settings that need a restart as they run, so the warning repeats until then.
+    let kept = std::mem::replace(live, new);
+    restore_restart_only(live, &kept);
+    lease
+}
+
+type LeaseKnobs<'a> = (
+    bool,
+    std::time::Duration,
+    std::time::Duration,
+    Option<&'a str>,
+    std::time::Duration,
+);
+
+fn lease_knobs(s: &Settings) -> LeaseKnobs<'_> {
+    (
+        s.renew_lease,
+        s.lease_renew_interval,
+        s.lease_duration,
+        s.lease_health_probe.as_deref(),
+        s.lease_owner_lookup_interval,
+    )
+}
+
+/// The file keys whose change only a restart applies (paths, identity, rotation, CSR).
+fn needs_restart(old: &Settings, new: &Settings) -> Vec<&'static str> {
+    let mut keys = Vec::new();
+    let mut check = |changed: bool, key| {
+        if changed {
+            keys.push(key)
+        }
+    };
+    check(
+        old.bootstrap_kubeconfig != new.bootstrap_kubeconfig,
+        "bootstrapKubeconfig",
+    );
+    check(old.kubeconfig != new.kubeconfig, "kubeconfig");
+    check(old.cert_dir != new.cert_dir, "certDir");
+    check(old.node_name != new.node_name, "nodeName");
+    check(
+        old.rotate_certificates != new.rotate_certificates,
+        "rotateCertificates",
+    );
+    check(
+        old.rotation_fraction != new.rotation_fraction,
+        "rotationFraction",
+    );
+    check(old.rotation_jitter != new.rotation_jitter, "rotationJitter");
+    check(old.csr_timeout != new.csr_timeout, "csrTimeout");
+    check(
+        old.metrics_bind_address != new.metrics_bind_address,
+        "metricsBindAddress",
+    );
+    check(
+        old.keep_certificates != new.keep_certificates,
+        "keepCertificates",
+    );
+    check(
+        old.allow_insecure_kubeconfig != new.allow_insecure_kubeconfig,
+        "allowInsecureKubeconfig",
+    );
+    check(old.log_format != new.log_format, "logFormat");
+    check(
+        (old.csr_backoff_min, old.csr_backoff_max) != (new.csr_backoff_min, new.csr_backoff_max),
+        "csrBackoffMin/csrBackoffMax",
+    );
+    check(
+        old.csr_not_issued_warning != new.csr_not_issued_warning,
+        "csrNotIssuedWarning",
+    );
+    keys
+}
+
+/// Copies the restart-only settings from `running` back into `live`.
+fn restore_restart_only(live: &mut Settings, running: &Settings) {
+    live.bootstrap_kubeconfig = running.bootstrap_kubeconfig.clone();
+    live.kubeconfig = running.kubeconfig.clone();
+    live.cert_dir = running.cert_dir.clone();
+    live.node_name = running.node_name.clone();
+    live.rotate_certificates = running.rotate_certificates;
+    live.rotation_fraction = running.rotation_fraction;
+    live.rotation_jitter = running.rotation_jitter;
+    live.csr_timeout = running.csr_timeout;
+    live.metrics_bind_address = running.metrics_bind_address;
+    live.keep_certificates = running.keep_certificates;
+    live.allow_insecure_kubeconfig = running.allow_insecure_kubeconfig;
+    live.log_format = running.log_format;
+    live.csr_backoff_min = running.csr_backoff_min;
+    live.csr_backoff_max = running.csr_backoff_max;
+    live.csr_not_issued_warning = running.csr_not_issued_warning;
+    live.test_wedge_lease_after = running.test_wedge_lease_after;
 }

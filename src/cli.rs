@@ -143,6 +143,11 @@ pub struct Flags {
         "Grace period for in-flight work after SIGTERM",
         format_duration(config::DEFAULT_SHUTDOWN_GRACE)))]
     pub shutdown_grace: Option<Duration>,
+
+    /// Test only: the Lease loop stops making progress after DUR, so tests can prove that
+    /// the systemd watchdog restarts a wedged agent. Flag only; no config file key.
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, hide = true)]
+    pub test_wedge_lease_after: Option<Duration>,
 }
 
 /// Parses `args` (including the program name). `Err` carries clap's message, and for

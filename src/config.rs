@@ -123,6 +123,8 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     pub log_format: LogFormat,
     pub verbosity: u8,
+    /// Test only (`--test-wedge-lease-after`, no file key): wedge the Lease loop after this.
+    pub test_wedge_lease_after: Option<Duration>,
 }
 
 /// Why the configuration is unusable. Display is one line naming the file and key, or flag.

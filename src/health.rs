@@ -1,10 +1,12 @@
 //! The agent's health: one `Snapshot` on a watch channel that every loop updates and that
 //! `notify` (READY/STATUS/WATCHDOG) and metrics read. Pure data and formatting; no IO.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::bootstrap::State;
 
@@ -84,6 +86,16 @@ impl Snapshot {
 #[derive(Clone)]
 pub struct Health {
     tx: Arc<watch::Sender<Snapshot>>,
+    /// Per loop, the instant by which it promised its next heartbeat (see [`Health::beat`]).
+    beats: Arc<Mutex<BTreeMap<&'static str, Instant>>>,
+}
+
+/// A loop that missed its own heartbeat deadline: the watchdog stops pinging for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stalled {
+    pub task: &'static str,
+    /// How long past its promised next heartbeat.
+    pub overdue: Duration,
 }
 
 // === impl Health ===
@@ -98,7 +110,40 @@ impl Health {
                 ..LeaseState::default()
             },
         });
-        Self { tx: Arc::new(tx) }
+        Self {
+            tx: Arc::new(tx),
+            beats: Arc::default(),
+        }
+    }
+
+    /// A loop's heartbeat: "`task` made progress now and will beat again within
+    /// `next_within`". Loops beat before each bounded wait with that wait's bound, so a
+    /// loop stuck anywhere else is noticed within its own bound (see [`Health::stalled`]).
+    pub fn beat(&self, task: &'static str, next_within: Duration) {
+        let due = Instant::now() + next_within;
+        self.lock_beats().insert(task, due);
+    }
+
+    /// `task` ended on purpose (shutdown, reload): it no longer owes heartbeats.
+    pub fn retire(&self, task: &'static str) {
+        self.lock_beats().remove(task);
+    }
+
+    /// The loop most overdue at `now`, if any is past its promised heartbeat.
+    pub fn stalled(&self, now: Instant) -> Option<Stalled> {
+        self.lock_beats()
+            .iter()
+            .filter(|(_, due)| now > **due)
+            .map(|(task, due)| Stalled {
+                task,
+                overdue: now - *due,
+            })
+            .max_by_key(|s| s.overdue)
+    }
+
+    fn lock_beats(&self) -> std::sync::MutexGuard<'_, BTreeMap<&'static str, Instant>> {
+        // A panic while holding this lock leaves a plain map behind: still usable.
+        self.beats.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Change the snapshot; subscribers wake only when it really changed.
@@ -214,6 +259,38 @@ mod tests {
         assert!(!rx.has_changed().unwrap());
         health.set_bootstrap(State::Installed);
         assert!(rx.has_changed().unwrap());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_loop_past_its_promised_beat_is_stalled() {
+        let health = Health::new(true);
+        assert_eq!(health.stalled(Instant::now()), None, "no loops yet");
+        health.beat("lease", Duration::from_secs(3));
+        health.beat("rotation", Duration::from_secs(10));
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(health.stalled(Instant::now()), None);
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(
+            health.stalled(Instant::now()),
+            Some(Stalled {
+                task: "lease",
+                overdue: Duration::from_secs(1)
+            })
+        );
+        health.beat("lease", Duration::from_secs(3));
+        assert_eq!(health.stalled(Instant::now()), None, "a new beat clears it");
+        tokio::time::advance(Duration::from_secs(20)).await;
+        health.retire("lease");
+        assert_eq!(
+            health.stalled(Instant::now()).map(|s| s.task),
+            Some("rotation")
+        );
+        health.retire("rotation");
+        assert_eq!(
+            health.stalled(Instant::now()),
+            None,
+            "retired loops owe nothing"
+        );
     }
 
     #[test]

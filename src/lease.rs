@@ -30,6 +30,14 @@ const RECONNECT_AFTER: u32 = 2;
 const FOREIGN_STREAK: u32 = 3;
 /// Longest pause between write attempts while another writer owns the Lease.
 const MAX_WAR_BACKOFF: Duration = Duration::from_secs(300);
+/// The heartbeat name the watchdog reports (health.rs `beat`).
+pub const TASK: &str = "lease";
+/// Slack on top of the sleep before a renewal, for the jitter and a busy runtime.
+const BEAT_SLACK: Duration = Duration::from_secs(1);
+/// Bound on one renewal attempt: the owner lookup, a GET and two PUT/GET rounds, each
+/// bounded by the API client's request timeout.
+const ATTEMPT_BOUND: Duration =
+    Duration::from_secs(5 * apiserver::DEFAULT_REQUEST_TIMEOUT.as_secs() + 5);
 
 /// The Lease loop's configuration.
 #[derive(Clone, Debug)]
@@ -39,6 +47,9 @@ pub struct LeaseLoop {
     pub duration: Duration,
     pub owner_lookup: Duration,
     pub probe: Option<String>,
+    /// Test-only (`--test-wedge-lease-after`): stop making progress after this long, to
+    /// prove the watchdog restarts a wedged agent.
+    pub wedge_after: Option<Duration>,
 }
 
 impl From<&Settings> for LeaseLoop {
@@ -49,6 +60,7 @@ impl From<&Settings> for LeaseLoop {
             duration: s.lease_duration,
             owner_lookup: s.lease_owner_lookup_interval,
             probe: s.lease_health_probe.clone(),
+            wedge_after: s.test_wedge_lease_after,
         }
     }
 }
@@ -170,10 +182,20 @@ impl LeaseLoop {
         let phase: f64 = rand::rng().random();
         loop {
             let at = due(start, n, interval, phase);
+            let wait = at.saturating_duration_since(Instant::now());
+            health.beat(TASK, wait + BEAT_SLACK + interval / 2);
             tokio::select! {
                 () = tokio::time::sleep_until(at) => {}
                 () = shutdown.requested() => return,
             }
+            if r.cfg.wedge_after.is_some_and(|d| start.elapsed() >= d) {
+                tracing::warn!(
+                    "lease: --test-wedge-lease-after reached; the loop stops making progress"
+                );
+                shutdown.requested().await;
+                return;
+            }
+            health.beat(TASK, ATTEMPT_BOUND + interval);
             if clients.has_changed().unwrap_or(false) {
                 client = clients.borrow_and_update().clone();
                 tracing::info!(identity = %client.identity(), "lease: switched to the new credentials");

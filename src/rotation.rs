@@ -21,6 +21,10 @@ use crate::shutdown::Shutdown;
 const MAX_RETRY: Duration = Duration::from_secs(300);
 /// Without rotation, warn once this much of the lifetime has passed.
 const WARN_FRACTION: f64 = 0.9;
+/// The heartbeat name the watchdog reports (health.rs `beat`).
+pub const TASK: &str = "rotation";
+/// Slack on a heartbeat bound, for a busy runtime and the work around each wait.
+const BEAT_SLACK: Duration = Duration::from_secs(60);
 
 /// When to rotate: `not_before + F × lifetime`, F = `fraction + jitter × (2·draw − 1)`, so F
 /// is uniform in `[fraction − jitter, fraction + jitter]` for a uniform `draw` in [0, 1).
@@ -135,6 +139,7 @@ impl Rotation<'_> {
                 .map(|t| t.duration_since(now).unwrap_or_default())
                 .unwrap_or(Duration::MAX)
                 .min(check_every(&creds));
+            self.health.beat(TASK, wake + BEAT_SLACK);
             tokio::select! {
                 () = tokio::time::sleep(wake) => {}
                 () = shutdown.requested() => return,
@@ -156,6 +161,9 @@ impl Rotation<'_> {
                 continue;
             }
             let expired = now >= creds.cert.not_after;
+            // Obtaining waits for approval, bounded by --csr-timeout.
+            self.health
+                .beat(TASK, self.settings.csr_timeout + 2 * BEAT_SLACK);
             let result = if expired {
                 tracing::error!(serial = %creds.cert.serial, "the client certificate expired before it was rotated; falling back to the bootstrap kubeconfig");
                 self.bootstrap.attempt(&dir).await

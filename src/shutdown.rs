@@ -1,5 +1,6 @@
 //! Shutdown: SIGTERM/SIGINT become one watch value that every loop selects on, so no
-//! blocking await outlives a stop request. It does not decide what stopping means.
+//! blocking await outlives a stop request; SIGHUP is handed to the agent as a reload
+//! request. It does not decide what stopping or reloading means.
 
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::watch;
@@ -35,6 +36,14 @@ impl Shutdown {
     pub fn is_requested(&self) -> bool {
         *self.0.borrow()
     }
+}
+
+/// The SIGHUP stream (config reload), or `None` (logged) when the handler cannot be
+/// installed. Installing it replaces SIGHUP's default action, which would kill us.
+pub fn hangups() -> Option<tokio::signal::unix::Signal> {
+    signal(SignalKind::hangup())
+        .map_err(|e| tracing::warn!(error = %e, "cannot handle SIGHUP; reload is unavailable"))
+        .ok()
 }
 
 /// Waits for SIGTERM or SIGINT and names it.

@@ -1,16 +1,21 @@
-//! Logging: tracing to stderr, as `<N>`-prefixed lines under journald, coloured text on a
-//! terminal, plain text elsewhere, or JSON. Owns the level filter; not metrics (metrics.rs).
+//! Logging: tracing to stderr, under journald through its native protocol (journal.rs) or as
+//! `<N>`-prefixed lines, coloured text on a terminal, plain text elsewhere, or JSON. Owns
+//! the level filter; not metrics (metrics.rs).
 
 use std::fmt;
 use std::io::IsTerminal;
 use std::os::fd::AsFd;
 use std::os::unix::fs::MetadataExt;
+use std::sync::OnceLock;
 
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::{
     fmt::{format::Writer, FmtContext, FormatEvent, FormatFields, FormattedFields, MakeWriter},
+    layer::SubscriberExt,
     registry::LookupSpan,
-    EnvFilter,
+    reload,
+    util::SubscriberInitExt,
+    EnvFilter, Layer, Registry,
 };
 
 /// How log lines are written to stderr.
@@ -34,35 +39,70 @@ pub enum LogFormat {
     Json,
 }
 
+pub mod journal;
+
+/// The live level filter, swapped by [`set_verbosity`] on reload.
+static FILTER: OnceLock<reload::Handle<EnvFilter, Registry>> = OnceLock::new();
+
 /// Installs the global subscriber writing to stderr. `RUST_LOG` (an `EnvFilter`) wins when
 /// set and valid; otherwise `verbosity` picks the level (0 info, 1 debug, 2+ trace).
 /// Calling it again is a no-op: the first subscriber stays.
 pub fn init(format: LogFormat, verbosity: u8) {
-    let (filter, bad_rust_log) = match std::env::var("RUST_LOG") {
-        Ok(directives) if !directives.trim().is_empty() => match EnvFilter::try_new(&directives) {
-            Ok(filter) => (filter, None),
-            Err(error) => (EnvFilter::new(default_directives(verbosity)), Some(error)),
-        },
-        _ => (EnvFilter::new(default_directives(verbosity)), None),
+    let (filter, bad_rust_log) = match rust_log() {
+        Some(Ok(filter)) => (filter, None),
+        Some(Err(error)) => (EnvFilter::new(default_directives(verbosity)), Some(error)),
+        None => (EnvFilter::new(default_directives(verbosity)), None),
     };
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let (filter, handle) = reload::Layer::new(filter);
+    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let layer = match format {
+        LogFormat::Json => layer.json().boxed(),
+        // Under journald: the native protocol with structured fields when its socket is
+        // there, else `<N>`-prefixed stderr lines.
+        LogFormat::Text if stderr_is_journal() => {
+            match journal::JournalLayer::connect(std::path::Path::new(journal::SOCKET)) {
+                Ok(native) => native.boxed(),
+                Err(_) => layer.with_ansi(false).event_format(JournaldFormat).boxed(),
+            }
+        }
+        LogFormat::Text => layer.with_ansi(std::io::stderr().is_terminal()).boxed(),
+    };
     // `try_init` fails only when a subscriber is already installed (tests, double init):
     // keeping the first one is the intended behaviour.
-    let _ = match format {
-        LogFormat::Json => builder.json().try_init(),
-        LogFormat::Text if stderr_is_journal() => builder
-            .with_ansi(false)
-            .event_format(JournaldFormat)
-            .try_init(),
-        LogFormat::Text => builder
-            .with_ansi(std::io::stderr().is_terminal())
-            .try_init(),
-    };
+    if tracing_subscriber::registry()
+        .with(filter)
+        .with(layer)
+        .try_init()
+        .is_ok()
+    {
+        let _ = FILTER.set(handle);
+    }
     if let Some(error) = bad_rust_log {
         tracing::warn!(%error, "ignoring invalid RUST_LOG; using the -v level");
     }
+}
+
+/// Applies a new `-v`/`verbosity` level to the running subscriber (config reload).
+/// Returns false when nothing changed because a valid `RUST_LOG` overrides the level, or
+/// no subscriber was installed by [`init`].
+pub fn set_verbosity(verbosity: u8) -> bool {
+    if matches!(rust_log(), Some(Ok(_))) {
+        return false;
+    }
+    FILTER.get().is_some_and(|handle| {
+        handle
+            .reload(EnvFilter::new(default_directives(verbosity)))
+            .is_ok()
+    })
+}
+
+/// `RUST_LOG` as a filter, when set and not blank.
+fn rust_log() -> Option<Result<EnvFilter, tracing_subscriber::filter::ParseError>> {
+    let directives = std::env::var("RUST_LOG").ok()?;
+    if directives.trim().is_empty() {
+        return None;
+    }
+    Some(EnvFilter::try_new(&directives))
 }
 
 /// The filter used when `RUST_LOG` is unset: our own crate gets more detail with `-v`,

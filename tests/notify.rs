@@ -1,0 +1,272 @@
+//! The sd_notify protocol as systemd sees it: the real binary, NOTIFY_SOCKET pointed at a
+//! datagram socket we own, an in-process testplane. READY timing, STATUS text, WATCHDOG
+//! period and withholding, RELOADING/READY on SIGHUP, STOPPING and exit 0 on SIGTERM.
+
+mod support;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use support::{signal, wait_event, Agent, NodeDir, WAIT};
+use testplane::{Approval, Event, TestPlane};
+use tokio::net::UnixDatagram;
+use tokio::time::Instant;
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// A NOTIFY_SOCKET: every datagram received, with its arrival time.
+struct NotifySocket {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+    sock: UnixDatagram,
+    seen: Vec<(Instant, String)>,
+}
+
+impl NotifySocket {
+    fn bind() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("notify.sock");
+        let sock = UnixDatagram::bind(&path).unwrap();
+        Self {
+            _dir: dir,
+            path,
+            sock,
+            seen: Vec::new(),
+        }
+    }
+
+    fn env(&self) -> String {
+        self.path.to_str().unwrap().to_string()
+    }
+
+    /// Receive until a datagram has a line for which `pick` is true; returns that datagram.
+    async fn until(&mut self, what: &str, pick: impl Fn(&str) -> bool) -> (Instant, String) {
+        let found = tokio::time::timeout(WAIT, async {
+            let mut buf = vec![0u8; 4096];
+            loop {
+                let n = self.sock.recv(&mut buf).await.unwrap();
+                let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+                let at = Instant::now();
+                self.seen.push((at, msg.clone()));
+                if msg.lines().any(&pick) {
+                    return (at, msg);
+                }
+            }
+        })
+        .await;
+        found.unwrap_or_else(|_| panic!("no notify message with {what}; got {:#?}", self.seen))
+    }
+
+    /// Forget what is queued (sent before now), so later waits see only new datagrams.
+    fn drain(&mut self) {
+        let mut buf = vec![0u8; 4096];
+        while let Ok(n) = self.sock.try_recv(&mut buf) {
+            let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+            self.seen.push((Instant::now(), msg));
+        }
+    }
+
+    fn any_seen(&self, line: &str) -> bool {
+        self.seen.iter().any(|(_, m)| m.lines().any(|l| l == line))
+    }
+}
+
+fn args(node: &NodeDir, name: &str, extra: &[&str]) -> Vec<String> {
+    let mut a = node.args(name);
+    a.extend(
+        ["--lease-renew-interval", "1s", "--lease-duration", "5s"]
+            .iter()
+            .chain(extra)
+            .map(|s| s.to_string()),
+    );
+    a
+}
+
+async fn plane(approval: Approval) -> TestPlane {
+    TestPlane::builder()
+        .cert_ttl(HOUR)
+        .approval(approval)
+        .start()
+        .await
+        .expect("start testplane")
+}
+
+#[tokio::test]
+async fn ready_waits_for_the_certificate_and_the_first_lease_then_stopping_exits_0() {
+    let tp = plane(Approval::Manual).await;
+    let mut events = tp.events();
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let mut notify = NotifySocket::bind();
+    let agent = Agent::spawn_env(
+        &args(&node, "n-ready", &[]),
+        &[("NOTIFY_SOCKET", &notify.env())],
+    );
+
+    let csr = wait_event(&mut events, |e| match e {
+        Event::CsrCreated { name, .. } => Some(name.clone()),
+        _ => None,
+    })
+    .await;
+    let (_, waiting) = notify
+        .until("the approval STATUS", |l| {
+            l.starts_with("STATUS=waiting for approval of CSR")
+        })
+        .await;
+    assert!(
+        waiting.contains(&format!("STATUS=waiting for approval of CSR {csr} for "))
+            && waiting.contains(&format!("approve with: kubectl certificate approve {csr}")),
+        "{waiting}"
+    );
+    assert!(!notify.any_seen("READY=1"), "READY before approval");
+    assert!(!node.current().exists());
+
+    tp.approve(&csr).unwrap();
+    notify.until("READY=1", |l| l == "READY=1").await;
+    assert!(node.current().exists(), "READY=1 before the certificate");
+    assert!(
+        tp.lease("kube-node-lease", "n-ready").is_some(),
+        "READY=1 before the first Lease write"
+    );
+    // The running status may arrive with READY=1 or just before it.
+    let running = |l: &str| l.starts_with("STATUS=") && l.contains("lease renewed");
+    let status = match notify.seen.iter().find(|(_, m)| m.lines().any(running)) {
+        Some((_, m)) => m.clone(),
+        None => notify.until("the running STATUS", running).await.1,
+    };
+    assert!(
+        status.contains("STATUS=client cert valid until ") && status.contains(", rotates at "),
+        "{status}"
+    );
+
+    let cert_before = std::fs::read(node.current()).unwrap();
+    let started = Instant::now();
+    signal(agent.pid(), "TERM");
+    notify.until("STOPPING=1", |l| l == "STOPPING=1").await;
+    let (status, log) = agent.exit().await;
+    assert!(status.success(), "exit {status:?}; log:\n{log}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "stopped in {:?}",
+        started.elapsed()
+    );
+    assert_eq!(std::fs::read(node.current()).unwrap(), cert_before);
+    assert!(
+        tp.lease("kube-node-lease", "n-ready").is_some(),
+        "Lease left alone"
+    );
+}
+
+#[tokio::test]
+async fn watchdog_pings_at_half_the_period_and_stop_when_the_lease_loop_wedges() {
+    let tp = plane(Approval::Auto).await;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let mut notify = NotifySocket::bind();
+    let agent = Agent::spawn_env(
+        &args(&node, "n-dog", &["--test-wedge-lease-after", "3s"]),
+        &[
+            ("NOTIFY_SOCKET", &notify.env()),
+            ("WATCHDOG_USEC", "1000000"),
+        ],
+    );
+    notify.until("READY=1", |l| l == "READY=1").await;
+    // Five pings while both loops make progress, each about 500 ms after the last.
+    let mut pings = Vec::new();
+    while pings.len() < 5 {
+        pings.push(notify.until("WATCHDOG=1", |l| l == "WATCHDOG=1").await.0);
+    }
+    for gap in pings.windows(2).map(|w| w[1] - w[0]) {
+        assert!(
+            gap >= Duration::from_millis(350) && gap <= Duration::from_millis(750),
+            "ping gap {gap:?}; pings every WATCHDOG_USEC/2 = 500ms expected"
+        );
+    }
+    // The wedge: pings stop, and the agent says why.
+    agent
+        .wait_for_log("withholding watchdog pings so systemd restarts the agent")
+        .await;
+    notify.drain();
+    let quiet = tokio::time::timeout(
+        Duration::from_secs(2),
+        notify.until("WATCHDOG=1", |l| l == "WATCHDOG=1"),
+    )
+    .await;
+    assert!(quiet.is_err(), "a wedged agent still pings the watchdog");
+    assert!(agent.log().contains("task=\"lease\""), "{}", agent.log());
+    let (status, _) = agent.terminate().await;
+    assert!(status.success());
+}
+
+#[tokio::test]
+async fn sighup_reloads_the_config_live_and_keeps_running_on_a_bad_file() {
+    let tp = plane(Approval::Auto).await;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let config = node.tmp.path().join("bootlet.yaml");
+    std::fs::write(&config, "leaseRenewInterval: 1s\nleaseDuration: 5s\n").unwrap();
+    let mut a = node.args("n-reload");
+    a.extend(["--config".into(), support::path(&config)]);
+    let mut notify = NotifySocket::bind();
+    // No RUST_LOG, so the file's verbosity sets the level.
+    let agent = Agent::spawn_env(&a, &[("NOTIFY_SOCKET", &notify.env()), ("RUST_LOG", "")]);
+    notify.until("READY=1", |l| l == "READY=1").await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        !agent.log().contains("lease renewed"),
+        "debug lines at info level"
+    );
+
+    std::fs::write(
+        &config,
+        "leaseRenewInterval: 500ms\nleaseDuration: 5s\nverbosity: 1\nrotationFraction: 0.5\n",
+    )
+    .unwrap();
+    signal(agent.pid(), "HUP");
+    let (_, reloading) = notify.until("RELOADING=1", |l| l == "RELOADING=1").await;
+    assert!(
+        reloading.lines().any(|l| l.starts_with("MONOTONIC_USEC=")),
+        "{reloading}"
+    );
+    notify
+        .until("READY=1 after the reload", |l| l == "READY=1")
+        .await;
+    let line = agent.wait_for_log("configuration reloaded").await;
+    assert!(
+        line.contains("verbosity=1") && line.contains("leaseRenewInterval=500ms"),
+        "{line}"
+    );
+    let warn = agent.wait_for_log("only applied after a restart").await;
+    assert!(warn.contains("rotationFraction"), "{warn}");
+    // The new level and the new cadence are live: debug renewals, two a second.
+    let mut events = tp.events();
+    agent.wait_for_log("lease renewed").await;
+    let started = Instant::now();
+    for _ in 0..4 {
+        wait_event(&mut events, |e| {
+            matches!(e, Event::LeaseRenewed { name, .. } if name == "n-reload").then_some(())
+        })
+        .await;
+    }
+    assert!(
+        started.elapsed() < Duration::from_millis(3000),
+        "4 renewals took {:?} at a 500ms interval",
+        started.elapsed()
+    );
+
+    // An invalid file is refused; the agent keeps running on the settings it has.
+    std::fs::write(&config, "leaseRenewInterval: banana\n").unwrap();
+    signal(agent.pid(), "HUP");
+    notify.until("RELOADING=1", |l| l == "RELOADING=1").await;
+    notify
+        .until("READY=1 after the refused reload", |l| l == "READY=1")
+        .await;
+    let refused = agent
+        .wait_for_log("reload failed; keeping the running configuration")
+        .await;
+    assert!(
+        refused.contains("bootlet.yaml"),
+        "names the file: {refused}"
+    );
+    let renewed = agent.log().matches("lease renewed").count();
+    agent.wait_for_log_count("lease renewed", renewed + 2).await;
+    let (status, log) = agent.terminate().await;
+    assert!(status.success(), "{log}");
+}

@@ -1,0 +1,583 @@
+//! The shipped unit files under a real systemd: `systemd-analyze verify` and `security`
+//! on the committed files, then an end-to-end run of bootlet.service inside a throwaway
+//! systemd-nspawn container booted from the host root (read-only, tmpfs overlay).
+//!
+//! The container shares the host network, so the in-process testplane on 127.0.0.1 is
+//! reachable; each run gets its own machine name, cgroup and mount namespace, and is torn
+//! down (PID namespace killed, cgroups removed) even when an assertion fails. Without root or
+//! systemd-nspawn the e2e test fails loudly: .ci/run installs systemd-container.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use support::wait_event;
+use testplane::{Approval, Event, TestPlane};
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+const BIN: &str = env!("CARGO_BIN_EXE_bootlet");
+const UNIT: &str = include_str!("../systemd/bootlet.service");
+const NODE: &str = "e2e-node";
+/// Inside the container: the shipped unit's cert dir and kubeconfig.
+const CERT: &str = "/var/lib/kubelet/pki/kubelet-client-current.pem";
+
+fn systemd_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd")
+}
+
+/// Runs a command with a time bound; (success, stdout + stderr).
+async fn run(program: &str, args: &[&str]) -> (bool, String) {
+    let out = tokio::time::timeout(
+        Duration::from_secs(30),
+        Command::new(program).args(args).kill_on_drop(true).output(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{program} {args:?} timed out"))
+    .unwrap_or_else(|e| panic!("{program}: {e}"));
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+/// A copy of the units in a temp dir with binaries that exist here, as verify requires.
+fn verifiable_units() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let unit = UNIT.replace(
+        "ExecStart=/usr/local/bin/bootlet",
+        &format!("ExecStart={BIN}"),
+    );
+    std::fs::write(dir.path().join("bootlet.service"), unit).unwrap();
+    std::fs::write(
+        dir.path().join("kubelet.service"),
+        "[Unit]\nDescription=kubelet stand-in\n[Service]\nExecStart=/usr/bin/kubelet\n",
+    )
+    .unwrap();
+    let dropin = std::fs::read_to_string(systemd_dir().join("kubelet.service.d/20-bootlet.conf"))
+        .unwrap()
+        .replace("/usr/bin/kubelet", "/bin/true");
+    std::fs::create_dir(dir.path().join("kubelet.service.d")).unwrap();
+    std::fs::write(dir.path().join("kubelet.service.d/20-bootlet.conf"), dropin).unwrap();
+    dir
+}
+
+#[tokio::test]
+async fn systemd_analyze_verify_prints_nothing_for_the_units() {
+    let dir = verifiable_units();
+    let d = dir.path();
+    let out = Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(d.join("bootlet.service"))
+        .arg(d.join("kubelet.service"))
+        .env("SYSTEMD_UNIT_PATH", format!("{}:", d.display()))
+        .output()
+        .await
+        .expect("systemd-analyze (install systemd)");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && text.trim().is_empty(),
+        "verify said:\n{text}"
+    );
+}
+
+#[tokio::test]
+async fn the_unit_is_hardened_to_an_exposure_of_at_most_2() {
+    let unit = systemd_dir().join("bootlet.service");
+    let unit = unit.to_str().unwrap();
+    let (ok, text) = run(
+        "systemd-analyze",
+        // The threshold is in tenths of the printed score: 20 means 2.0.
+        &["security", "--offline=yes", "--threshold=20", unit],
+    )
+    .await;
+    assert!(ok, "exposure over 2.0:\n{text}");
+    let score: f64 = text
+        .lines()
+        .find_map(|l| l.split("bootlet.service: ").nth(1))
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no overall exposure in:\n{text}"));
+    assert!(score <= 2.0, "exposure {score}");
+}
+
+/// A booted container; dropping it kills its PID namespace and removes its cgroups.
+struct Container {
+    nspawn: Child,
+    leader: u32,
+    cgroup: String,
+}
+
+impl Container {
+    async fn boot(name: &str, share: &Path) -> Container {
+        assert!(
+            which("systemd-nspawn"),
+            "systemd-nspawn is missing: apt-get install systemd-container (.ci/run does)"
+        );
+        // One cgroup per run in both hierarchies nspawn may use, so that concurrent runs never
+        // share its "supervisor"/"payload" subgroups.
+        let cgroup = format!("bootlet-e2e-{name}");
+        let mut enter = String::new();
+        for h in [
+            "/sys/fs/cgroup/systemd",
+            "/sys/fs/cgroup/unified",
+            "/sys/fs/cgroup",
+        ] {
+            if Path::new(h).join("cgroup.procs").exists() {
+                enter.push_str(&format!(
+                    "mkdir -p {h}/{cgroup} && echo $$ > {h}/{cgroup}/cgroup.procs && "
+                ));
+                if h == "/sys/fs/cgroup" {
+                    break;
+                }
+            }
+        }
+        // nspawn refuses --volatile=overlay on "/" itself: boot a non-recursive bind of it
+        // (no /proc, /dev, /sys submounts), in a private mount namespace that dies with us.
+        let root = share.join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        let s = share.display();
+        let script = format!(
+            "{enter} exec unshare -m --propagation private sh -c 'mount --bind / {root} && exec systemd-nspawn --quiet --register=no --keep-unit --volatile=overlay --console=pipe -D {root} -M {name} --bind={s}:{s} --bind-ro={s}/bootlet.service.d:/etc/systemd/system/bootlet.service.d -b -- --unit=basic.target'",
+            root = root.display()
+        );
+        let log = std::fs::File::create(share.join("nspawn.log")).unwrap();
+        let nspawn = Command::new("sh")
+            .args(["-c", &script])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn systemd-nspawn");
+        let pid = nspawn.id().expect("nspawn running");
+        let mut c = Container {
+            nspawn,
+            leader: 0,
+            cgroup,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while c.leader == 0 {
+            if let Ok(Some(status)) = c.nspawn.try_wait() {
+                panic!(
+                    "systemd-nspawn exited with {status}:\n{}",
+                    std::fs::read_to_string(share.join("nspawn.log")).unwrap_or_default()
+                );
+            }
+            assert!(Instant::now() < deadline, "no container init after 20s");
+            c.leader = child_named(pid, "systemd").unwrap_or(0);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // Booted once the manager answers and the initial transaction finished.
+        loop {
+            let (_, state) = c
+                .exec(&["timeout", "20", "systemctl", "is-system-running", "--wait"])
+                .await;
+            if state.contains("running") || state.contains("degraded") {
+                return c;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "container did not boot: {state}\n{}",
+                std::fs::read_to_string(share.join("nspawn.log")).unwrap_or_default()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Runs a command inside the container (all its namespaces).
+    async fn exec(&self, args: &[&str]) -> (bool, String) {
+        let t = self.leader.to_string();
+        let mut all = vec!["-t", &t, "-a"];
+        all.extend_from_slice(args);
+        run("nsenter", &all).await
+    }
+
+    async fn systemctl(&self, args: &[&str]) -> String {
+        let mut all = vec!["systemctl", "--no-pager"];
+        all.extend_from_slice(args);
+        let (ok, out) = self.exec(&all).await;
+        assert!(ok, "systemctl {args:?}: {out}");
+        out
+    }
+
+    /// `systemctl show bootlet -p KEY --value`.
+    async fn show(&self, key: &str) -> String {
+        let (_, out) = self
+            .exec(&["systemctl", "show", "bootlet", "-p", key, "--value"])
+            .await;
+        out.trim().to_string()
+    }
+
+    async fn journal(&self, extra: &[&str]) -> String {
+        let mut all = vec!["journalctl", "-u", "bootlet", "--no-pager", "-o", "cat"];
+        all.extend_from_slice(extra);
+        self.exec(&all).await.1
+    }
+
+    /// Polls `check` (every 200 ms) until it returns Some, for at most `limit`.
+    async fn until<T, F, Fut>(&self, what: &str, limit: Duration, check: F) -> T
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(v) = check().await {
+                return v;
+            }
+            if Instant::now() > deadline {
+                let status = self
+                    .exec(&["systemctl", "status", "--no-pager", "bootlet"])
+                    .await
+                    .1;
+                let journal = self.journal(&[]).await;
+                panic!("timed out waiting for {what}\n{status}\njournal:\n{journal}");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// A file's content inside the container (symlinks resolved there), if readable.
+    async fn read(&self, path: &str) -> Option<String> {
+        let (ok, out) = self.exec(&["cat", path]).await;
+        ok.then_some(out)
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        if self.leader != 0 {
+            // Killing the container's PID 1 kills its whole PID namespace.
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &self.leader.to_string()])
+                .status();
+        }
+        let _ = self.nspawn.start_kill();
+        // Reap nspawn (bounded) so that its cgroups are empty before they are removed.
+        for _ in 0..50 {
+            if !matches!(self.nspawn.try_wait(), Ok(None)) {
+                break;
+            }
+            let _ = std::process::Command::new("sleep").arg("0.1").status();
+        }
+        for h in [
+            "/sys/fs/cgroup/systemd",
+            "/sys/fs/cgroup/unified",
+            "/sys/fs/cgroup",
+        ] {
+            let dir = format!("{h}/{}", self.cgroup);
+            // The namespace's processes may still be exiting: retry for a few seconds.
+            for _ in 0..50 {
+                if !Path::new(&dir).exists() {
+                    break;
+                }
+                let _ = std::process::Command::new("find")
+                    .args([&dir, "-depth", "-type", "d", "-exec", "rmdir", "{}", ";"])
+                    .stderr(Stdio::null())
+                    .status();
+                if Path::new(&dir).exists() {
+                    let _ = std::process::Command::new("sleep").arg("0.1").status();
+                }
+            }
+        }
+    }
+}
+
+fn which(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+        .unwrap_or(false)
+}
+
+/// The child of `parent` whose command name is `name`.
+fn child_named(parent: u32, name: &str) -> Option<u32> {
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
+        let field = |k: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(k))
+                .map(|v| v.trim().to_string())
+        };
+        if field("PPid:").as_deref() == Some(&parent.to_string())
+            && field("Name:").as_deref() == Some(name)
+        {
+            return Some(pid);
+        }
+    }
+    None
+}
+
+/// The config the service reads, written next to the test and copied into the container.
+fn write_config(share: &Path, interval: &str, extra: &str) {
+    let body = format!(
+        "nodeName: {NODE}\nleaseRenewInterval: {interval}\nleaseDuration: 5s\nmetricsBindAddress: \"off\"\n{extra}"
+    );
+    std::fs::write(share.join("bootlet.yaml"), body).unwrap();
+}
+
+/// The test's own drop-in over the installed unit: a 2 s watchdog and quick restarts.
+fn write_test_dropin(share: &Path) {
+    let dropins = share.join("bootlet.service.d");
+    std::fs::create_dir_all(&dropins).unwrap();
+    std::fs::write(
+        dropins.join("50-test.conf"),
+        "[Unit]\nStartLimitBurst=20\n[Service]\nWatchdogSec=2s\nRestartSec=500ms\n",
+    )
+    .unwrap();
+}
+
+/// Installs with systemd/install.sh inside the container (the shipped unit, drop-in and
+/// paths: /usr/local/bin/bootlet, /etc/bootlet/config.yaml, /etc/kubernetes/...).
+async fn install(c: &Container, share: &Path) {
+    let script = systemd_dir().join("install.sh");
+    let (ok, out) = c.exec(&[script.to_str().unwrap(), "--bin", BIN]).await;
+    assert!(ok, "install.sh: {out}");
+    let s = share.display().to_string();
+    let (ok, out) = c
+        .exec(&[
+            "sh",
+            "-c",
+            &format!("mkdir -p /etc/kubernetes && cp {s}/bootstrap-kubelet.conf /etc/kubernetes/ && cp {s}/bootlet.yaml /etc/bootlet/config.yaml"),
+        ])
+        .await;
+    assert!(ok, "copying the config: {out}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bootlet_service_under_a_real_systemd() {
+    let started = Instant::now();
+    assert!(
+        nix_is_root(),
+        "the systemd e2e test needs root (systemd-nspawn); run it as root, as .ci/run does"
+    );
+    let tp = TestPlane::builder()
+        .cert_ttl(Duration::from_secs(3600))
+        .approval(Approval::Manual)
+        .start()
+        .await
+        .expect("start testplane");
+    let mut events = tp.events();
+    // Not under /tmp: the unit has PrivateTmp=yes.
+    let share = tempfile::Builder::new()
+        .prefix("e2e-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    let s = share.path();
+    std::fs::write(s.join("bootstrap-kubelet.conf"), tp.bootstrap_kubeconfig()).unwrap();
+    write_config(s, "1s", "");
+    write_test_dropin(s);
+    let name = format!(
+        "bt-{}-{}",
+        std::process::id(),
+        started.elapsed().subsec_nanos() % 100_000
+    );
+    let container = Container::boot(&name, s).await;
+    let c = &container;
+    eprintln!("container booted in {:?}", started.elapsed());
+    install(c, s).await;
+    // The kubelet drop-in, over a stand-in kubelet.service: ordering, dependency, flags.
+    let standin = "printf '[Unit]\\nDescription=kubelet stand-in\\n[Service]\\nExecStart=/bin/sleep infinity\\n' >/etc/systemd/system/kubelet.service && systemctl daemon-reload";
+    assert!(c.exec(&["sh", "-c", standin]).await.0);
+    let (_, kubelet) = c
+        .exec(&[
+            "systemctl",
+            "show",
+            "kubelet",
+            "-p",
+            "Requires,After,Environment,ExecStart",
+        ])
+        .await;
+    for want in [
+        "KUBELET_KUBECONFIG_ARGS=--kubeconfig=/etc/kubernetes/kubelet.conf --rotate-certificates=false",
+        "argv[]=/usr/bin/kubelet $KUBELET_KUBECONFIG_ARGS",
+    ] {
+        assert!(kubelet.contains(want), "kubelet lacks {want:?}:\n{kubelet}");
+    }
+    assert!(!kubelet.contains("bootstrap-kubeconfig"), "{kubelet}");
+    for key in ["Requires=", "After="] {
+        assert!(
+            kubelet.lines().any(|l| l.starts_with(key)
+                && l.split_whitespace().any(|u| u.ends_with("bootlet.service"))),
+            "kubelet lacks {key}bootlet.service:\n{kubelet}"
+        );
+    }
+    let (_, unit) = c.exec(&["systemctl", "cat", "bootlet"]).await;
+    assert!(
+        unit.contains("ExecStart=/usr/local/bin/bootlet run --config /etc/bootlet/config.yaml"),
+        "{unit}"
+    );
+
+    // 1. activating while the CSR waits for a human, with the approve command in STATUS.
+    c.systemctl(&["start", "--no-block", "bootlet"]).await;
+    let csr = wait_event(&mut events, |e| match e {
+        Event::CsrCreated { name, .. } => Some(name.clone()),
+        _ => None,
+    })
+    .await;
+    c.until(
+        "the approval STATUS",
+        Duration::from_secs(10),
+        move || async move {
+            c.show("StatusText")
+                .await
+                .contains("waiting for approval of CSR")
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(c.show("ActiveState").await, "activating");
+    let status = c
+        .exec(&["systemctl", "status", "--no-pager", "bootlet"])
+        .await
+        .1;
+    assert!(
+        status.contains(&format!("kubectl certificate approve {csr}")),
+        "{status}"
+    );
+    assert_eq!(c.read(CERT).await, None);
+
+    // 2. active once the certificate and the first Lease exist.
+    tp.approve(&csr).unwrap();
+    c.until("active", Duration::from_secs(15), move || async move {
+        (c.show("ActiveState").await == "active").then_some(())
+    })
+    .await;
+    let cert = c.read(CERT).await.expect("active without a certificate");
+    assert!(cert.contains("BEGIN CERTIFICATE"));
+    assert!(
+        tp.lease("kube-node-lease", NODE).is_some(),
+        "active without a Lease"
+    );
+    let status = c.systemctl(&["status", "bootlet"]).await;
+    assert!(status.contains("client cert valid until"), "{status}");
+    // Structured fields through the native journal protocol.
+    let csr_match = format!("CSR_NAME={csr}");
+    let by_field = c.journal(&[&csr_match, "NODE_NAME=e2e-node"]).await;
+    assert!(by_field.contains("waiting for approval"), "{by_field}");
+    eprintln!("active after {:?}", started.elapsed());
+
+    // 3. reload re-reads the file: the log level and the Lease cadence apply live.
+    write_config(s, "500ms", "verbosity: 1\n");
+    let copy = format!("cp {}/bootlet.yaml /etc/bootlet/config.yaml", s.display());
+    assert!(c.exec(&["sh", "-c", &copy]).await.0);
+    c.systemctl(&["reload", "bootlet"]).await;
+    c.until("the reload", Duration::from_secs(10), move || async move {
+        let j = c.journal(&[]).await;
+        j.lines()
+            .find(|l| l.contains("configuration reloaded") && l.contains("verbosity=1"))
+            .map(|l| l.to_string())
+    })
+    .await;
+    c.until(
+        "debug lines after the reload",
+        Duration::from_secs(10),
+        move || async move {
+            c.journal(&["-p", "debug"])
+                .await
+                .contains("lease renewed")
+                .then_some(())
+        },
+    )
+    .await;
+    assert_eq!(c.show("ActiveState").await, "active");
+
+    // 4. an injected failure reaches `journalctl -p err`, and no info line does.
+    tp.faults().fail_next(1000, 500);
+    let errors = c
+        .until(
+            "an error in the journal",
+            Duration::from_secs(20),
+            move || async move {
+                let j = c.journal(&["-p", "err"]).await;
+                j.contains("Lease renewal has failed for longer than the lease duration")
+                    .then_some(j)
+            },
+        )
+        .await;
+    tp.faults().clear();
+    for info in [
+        "configuration reloaded",
+        "ready:",
+        "node identity in place",
+        "lease renewed",
+    ] {
+        assert!(
+            !errors.contains(info),
+            "info/debug line at -p err: {errors}"
+        );
+    }
+    eprintln!("error logged after {:?}", started.elapsed());
+
+    // 5. a wedged Lease loop: the watchdog kills the agent and systemd restarts it.
+    let restarts: u32 = c.show("NRestarts").await.parse().unwrap_or(0);
+    std::fs::write(
+        s.join("bootlet.service.d/60-wedge.conf"),
+        "[Service]\nExecStart=\nExecStart=/usr/local/bin/bootlet run --config /etc/bootlet/config.yaml --test-wedge-lease-after 2s\n",
+    )
+    .unwrap();
+    c.systemctl(&["daemon-reload"]).await;
+    c.systemctl(&["restart", "bootlet"]).await;
+    c.until(
+        "a watchdog restart",
+        Duration::from_secs(20),
+        move || async move {
+            let n: u32 = c.show("NRestarts").await.parse().unwrap_or(0);
+            (n > restarts).then_some(())
+        },
+    )
+    .await;
+    let (_, journal) = c
+        .exec(&["journalctl", "--no-pager", "-o", "cat", "-u", "bootlet"])
+        .await;
+    assert!(journal.contains("Watchdog timeout"), "{journal}");
+    assert!(journal.contains("withholding watchdog pings"), "{journal}");
+    std::fs::remove_file(s.join("bootlet.service.d/60-wedge.conf")).unwrap();
+    c.systemctl(&["daemon-reload"]).await;
+    c.systemctl(&["restart", "bootlet"]).await;
+    c.until(
+        "active again",
+        Duration::from_secs(15),
+        move || async move { (c.show("ActiveState").await == "active").then_some(()) },
+    )
+    .await;
+    eprintln!("watchdog restart seen after {:?}", started.elapsed());
+
+    // 6. stop: exit 0 within the grace period, the certificate intact.
+    let cert = c.read(CERT).await.expect("certificate");
+    let stop = Instant::now();
+    c.systemctl(&["stop", "bootlet"]).await;
+    assert!(
+        stop.elapsed() < Duration::from_secs(5),
+        "stop took {:?}",
+        stop.elapsed()
+    );
+    assert_eq!(c.show("ExecMainStatus").await, "0");
+    assert_eq!(c.show("Result").await, "success");
+    assert_eq!(
+        c.read(CERT).await.as_ref(),
+        Some(&cert),
+        "certificate changed by stop"
+    );
+    assert!(
+        tp.lease("kube-node-lease", NODE).is_some(),
+        "the Lease is left alone"
+    );
+    eprintln!("e2e done in {:?}", started.elapsed());
+    drop(container);
+}
+
+fn nix_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|v| v.split_whitespace().nth(1).map(|e| e == "0"))
+        .unwrap_or(false)
+}
