@@ -2,6 +2,7 @@
 //! cluster CA, exactly one identity (bootstrap token or client certificate), bounded
 //! requests, and typed errors that keep the API's `Status`. It knows no resource kinds.
 
+mod error;
 pub mod tls;
 pub mod watch;
 
@@ -13,12 +14,15 @@ use std::time::{Duration, SystemTime};
 use futures_util::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER};
-use reqwest::{Method, StatusCode};
+use reqwest::Method;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::backoff::Backoff;
 use crate::kubeconfig::Credential;
+
+use error::synthetic_status;
+pub use error::Error;
 
 /// Upper bound on one request/response exchange (not watches): the contract's ≤ 10 s.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -78,43 +82,6 @@ struct Inner {
     skew_reported: AtomicBool,
 }
 
-/// What can go wrong talking to the API server, classified once (STYLE rule 11).
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error("{server}: cannot build the TLS client: {reason}")]
-    Setup { server: String, reason: String },
-    #[error("{method} {path}: cannot reach the API server as {identity}")]
-    Transport {
-        method: Method,
-        path: String,
-        identity: Identity,
-        #[source]
-        source: reqwest::Error,
-    },
-    #[error("{method} {path}: HTTP {code} {reason} as {identity}: {message}{hint}", reason = status.reason.as_deref().unwrap_or(""), message = status.message.as_deref().unwrap_or(""), hint = hint(*code, identity))]
-    Api {
-        method: Method,
-        path: String,
-        code: u16,
-        identity: Identity,
-        status: Box<Status>,
-        retry_after: Option<Duration>,
-    },
-    #[error("{method} {path}: response is not the expected JSON")]
-    Decode {
-        method: Method,
-        path: String,
-        #[source]
-        source: serde_json::Error,
-    },
-    #[error("{method} {path}: response larger than {limit} bytes")]
-    TooLarge {
-        method: Method,
-        path: String,
-        limit: usize,
-    },
-}
-
 // === impl Identity ===
 
 impl fmt::Display for Identity {
@@ -125,83 +92,6 @@ impl fmt::Display for Identity {
                 write!(f, "client certificate {subject} (serial {serial})")
             }
             Identity::Anonymous => f.write_str("anonymous"),
-        }
-    }
-}
-
-// === impl Error ===
-
-/// The operator-facing hint for a 401/403, naming the credential that failed.
-fn hint(code: u16, identity: &Identity) -> String {
-    match (code, identity) {
-        (401, Identity::BootstrapToken { id }) => format!(
-            " (bootstrap token {id} is expired, deleted or wrong: create a new one with \
-             `kubeadm token create` and put it in the bootstrap kubeconfig)"
-        ),
-        (401, Identity::ClientCertificate { .. }) => " (the client certificate is not \
-             trusted by the API server: is it expired or from another cluster's CA?)"
-            .to_string(),
-        (403, Identity::BootstrapToken { .. }) => " (RBAC: check that the ClusterRoleBinding \
-             kubeadm:kubelet-bootstrap grants system:node-bootstrapper to the token's group)"
-            .to_string(),
-        (403, _) => " (RBAC or the Node authorizer refused this request)".to_string(),
-        _ => String::new(),
-    }
-}
-
-impl Error {
-    /// The HTTP status code of an API answer, if this is one.
-    pub fn code(&self) -> Option<u16> {
-        match self {
-            Error::Api { code, .. } => Some(*code),
-            _ => None,
-        }
-    }
-
-    /// The API's `Status.reason` (e.g. `AlreadyExists`, `Conflict`, `Expired`).
-    pub fn reason(&self) -> Option<&str> {
-        match self {
-            Error::Api { status, .. } => status.reason.as_deref(),
-            _ => None,
-        }
-    }
-
-    pub fn is_unauthorized(&self) -> bool {
-        self.code() == Some(401)
-    }
-    pub fn is_forbidden(&self) -> bool {
-        self.code() == Some(403)
-    }
-    pub fn is_not_found(&self) -> bool {
-        self.code() == Some(404)
-    }
-    /// 409 because the name is taken (create).
-    pub fn is_already_exists(&self) -> bool {
-        self.code() == Some(409) && self.reason() == Some("AlreadyExists")
-    }
-    /// 409 because our resourceVersion is stale (update).
-    pub fn is_conflict(&self) -> bool {
-        self.code() == Some(409) && self.reason() != Some("AlreadyExists")
-    }
-    /// 410: the watch's resourceVersion is too old; relist.
-    pub fn is_gone(&self) -> bool {
-        self.code() == Some(410)
-    }
-
-    /// Worth retrying unchanged: the network, 5xx, 429.
-    pub fn is_retryable(&self) -> bool {
-        match self {
-            Error::Transport { .. } => true,
-            Error::Api { code, .. } => *code == 429 || *code >= 500,
-            _ => false,
-        }
-    }
-
-    /// The server's `Retry-After`, if it sent one.
-    pub fn retry_after(&self) -> Option<Duration> {
-        match self {
-            Error::Api { retry_after, .. } => *retry_after,
-            _ => None,
         }
     }
 }
@@ -480,23 +370,6 @@ fn build_http(tls: rustls::ClientConfig, opts: &ClientOptions) -> reqwest::Resul
         .build()
 }
 
-/// A `Status` for answers that carried none (a proxy's HTML page, an empty 503).
-fn synthetic_status(code: StatusCode, body: &[u8]) -> Status {
-    let text = String::from_utf8_lossy(body);
-    let text = text.trim();
-    Status {
-        code: Some(i32::from(code.as_u16())),
-        reason: code.canonical_reason().map(str::to_string),
-        message: Some(if text.is_empty() {
-            code.to_string()
-        } else {
-            text.chars().take(200).collect()
-        }),
-        status: Some("Failure".to_string()),
-        ..Status::default()
-    }
-}
-
 /// Run `op` until it succeeds or fails in a way retrying cannot fix. Transport errors,
 /// 5xx and 429 are retried after `backoff` (honouring `Retry-After`). Cancel by dropping.
 pub async fn retrying<T, F, Fut>(what: &str, backoff: &mut Backoff, mut op: F) -> Result<T, Error>
@@ -528,42 +401,6 @@ where
 mod tests {
     use super::*;
 
-    fn api(code: u16, reason: &str) -> Error {
-        Error::Api {
-            method: Method::POST,
-            path: "/x".into(),
-            code,
-            identity: Identity::BootstrapToken {
-                id: "abcdef".into(),
-            },
-            status: Box::new(Status {
-                reason: Some(reason.into()),
-                message: Some("m".into()),
-                ..Status::default()
-            }),
-            retry_after: None,
-        }
-    }
-
-    #[test]
-    fn classifies_statuses_once() {
-        assert!(api(409, "AlreadyExists").is_already_exists());
-        assert!(!api(409, "AlreadyExists").is_conflict());
-        assert!(api(409, "Conflict").is_conflict());
-        assert!(api(410, "Expired").is_gone());
-        assert!(api(503, "ServiceUnavailable").is_retryable());
-        assert!(api(429, "TooManyRequests").is_retryable());
-        assert!(!api(401, "Unauthorized").is_retryable());
-        assert!(!api(403, "Forbidden").is_retryable());
-    }
-
-    #[test]
-    fn unauthorized_names_the_token_id_and_the_fix() {
-        let text = api(401, "Unauthorized").to_string();
-        assert!(text.contains("bootstrap token abcdef"), "{text}");
-        assert!(text.contains("kubeadm token create"), "{text}");
-    }
-
     #[test]
     fn http_dates_and_skew() {
         let t = parse_http_date("Mon, 30 Nov 2026 21:13:00 GMT").unwrap();
@@ -571,12 +408,5 @@ mod tests {
         assert_eq!(skew_secs(t, local), 90);
         assert_eq!(skew_secs(local, t), -90);
         assert!(parse_http_date("yesterday").is_none());
-    }
-
-    #[test]
-    fn synthetic_status_keeps_code_and_a_short_message() {
-        let s = synthetic_status(StatusCode::BAD_GATEWAY, b"<html>oops</html>");
-        assert_eq!(s.code, Some(502));
-        assert_eq!(s.message.as_deref(), Some("<html>oops</html>"));
     }
 }
