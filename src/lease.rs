@@ -4,9 +4,9 @@
 
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use rand::Rng;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -63,61 +63,6 @@ impl From<&Settings> for LeaseLoop {
             wedge_after: s.test_wedge_lease_after,
         }
     }
-}
-
-/// The Lease we want, built from the last one we saw (pure).
-pub fn body(
-    base: Option<&Lease>,
-    node: &str,
-    duration: Duration,
-    renew_time: jiff::Timestamp,
-    owner: Option<&OwnerReference>,
-) -> Lease {
-    let mut lease = base.cloned().unwrap_or_else(|| Lease {
-        metadata: ObjectMeta {
-            name: Some(node.to_string()),
-            namespace: Some(NAMESPACE.to_string()),
-            ..ObjectMeta::default()
-        },
-        spec: Some(LeaseSpec::default()),
-    });
-    let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
-    spec.holder_identity = Some(node.to_string());
-    spec.lease_duration_seconds = Some(i32::try_from(duration.as_secs()).unwrap_or(i32::MAX));
-    spec.renew_time = Some(MicroTime(renew_time));
-    if let Some(owner) = owner {
-        let refs = lease.metadata.owner_references.get_or_insert_with(Vec::new);
-        if !refs.iter().any(|r| r.uid == owner.uid) {
-            refs.retain(|r| r.kind != "Node");
-            refs.push(owner.clone());
-        }
-    }
-    lease
-}
-
-/// The next renewTime: now at microsecond precision, but always after `last` so that
-/// renewals stay strictly increasing when the wall clock steps back (pure).
-pub fn next_renew_time(now: SystemTime, last: Option<jiff::Timestamp>) -> jiff::Timestamp {
-    let now = jiff::Timestamp::try_from(now).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
-    let now = now
-        .round(
-            jiff::TimestampRound::new()
-                .smallest(jiff::Unit::Microsecond)
-                .mode(jiff::RoundMode::Trunc),
-        )
-        .unwrap_or(now);
-    match last {
-        Some(last) if now <= last => last + jiff::SignedDuration::from_micros(1),
-        _ => now,
-    }
-}
-
-/// When renewal `n` is due: `start + phase + n × interval`, with the phase drawn once per
-/// process in `[0, JITTER × interval)` (pure). A fleet started together is spread over the
-/// jitter window, yet each node renews at exactly `interval` and never drifts, because
-/// the time is computed from the start, never from the last renewal.
-pub fn due(start: Instant, n: u32, interval: Duration, phase_draw: f64) -> Instant {
-    start + interval.mul_f64(JITTER * phase_draw.clamp(0.0, 0.999_999)) + interval * n
 }
 
 /// Why one renewal failed.
@@ -417,32 +362,11 @@ impl Renewer {
     }
 }
 
-/// One local health probe: 2xx within a second counts as healthy.
-async fn probe(url: &str) -> bool {
-    static CLIENT: std::sync::OnceLock<Option<reqwest::Client>> = std::sync::OnceLock::new();
-    let client = CLIENT.get_or_init(|| {
-        let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .ok()?
-        .with_root_certificates(rustls::RootCertStore::empty())
-        .with_no_client_auth();
-        reqwest::Client::builder()
-            .use_preconfigured_tls(tls)
-            .timeout(Duration::from_secs(1))
-            .build()
-            .ok()
-    });
-    match client {
-        Some(c) => c
-            .get(url)
-            .send()
-            .await
-            .is_ok_and(|r| r.status().is_success()),
-        None => false,
-    }
-}
+mod body;
+mod probe;
+
+pub use body::{body, due, next_renew_time};
+use probe::probe;
 
 #[cfg(test)]
 mod tests;
