@@ -46,10 +46,18 @@ async fn next_issued(events: &mut tokio::sync::broadcast::Receiver<Event>) -> Sy
     .await
 }
 
-/// Fraction of the lifetime (issue → notAfter) at which the rotation CSR arrived.
-fn fraction_at(issued_not_after: SystemTime, ttl: Duration, rotated: SystemTime) -> f64 {
-    let issued = issued_not_after - ttl;
-    rotated.duration_since(issued).unwrap().as_secs_f64() / ttl.as_secs_f64()
+/// The validity window of the certificate bootlet has installed now.
+fn window(node: &NodeDir) -> (SystemTime, SystemTime) {
+    let pem = std::fs::read_to_string(node.current()).unwrap();
+    let chain = bootlet::pki::parse_cert_chain(&pem).unwrap();
+    (chain[0].0.not_before, chain[0].0.not_after)
+}
+
+/// Where `t` falls in the window, as a fraction of notBefore..notAfter (the contract's
+/// definition of the lifetime).
+fn fraction_at((not_before, not_after): (SystemTime, SystemTime), t: SystemTime) -> f64 {
+    let lifetime = not_after.duration_since(not_before).unwrap().as_secs_f64();
+    t.duration_since(not_before).unwrap().as_secs_f64() / lifetime
 }
 
 fn spki_of(path: &std::path::Path) -> Vec<u8> {
@@ -60,15 +68,15 @@ fn spki_of(path: &std::path::Path) -> Vec<u8> {
 
 #[tokio::test]
 async fn rotates_at_75_percent_through_the_client_certificate_with_a_new_key() {
-    let ttl = Duration::from_secs(8);
     let tp = plane(8).await;
     let node = NodeDir::new(&tp.bootstrap_kubeconfig());
     let mut events = tp.events();
     let agent = Agent::spawn(&args(&node, "rot", &["--rotation-jitter", "0"]));
     let (_, first_user, _) = next_csr(&mut events).await;
     assert!(first_user.starts_with("system:bootstrap:"), "{first_user}");
-    let not_after = next_issued(&mut events).await;
+    next_issued(&mut events).await;
     agent.wait_for_log("client certificate installed").await;
+    let first = window(&node);
     let old_key = spki_of(&node.current());
     let kc = support::path(&node.kubeconfig);
     let (ok, out) = support::run(
@@ -83,10 +91,12 @@ async fn rotates_at_75_percent_through_the_client_certificate_with_a_new_key() {
         user, "system:node:rot",
         "the rotation CSR is authenticated by the client certificate"
     );
-    let f = fraction_at(not_after, ttl, at);
+    let f = fraction_at(first, at);
+    let lifetime = first.1.duration_since(first.0).unwrap().as_secs_f64();
     assert!(
-        (f - 0.75).abs() * ttl.as_secs_f64() <= 1.0,
-        "rotated at {f:.3} of the lifetime"
+        (f - 0.75).abs() * lifetime <= 1.0,
+        "rotated at {f:.3} of the lifetime\n{}",
+        agent.log()
     );
     // kubectl keeps working while the new certificate is issued and installed.
     let (ok, out) = support::run(
@@ -114,7 +124,7 @@ async fn rotates_at_75_percent_through_the_client_certificate_with_a_new_key() {
         .filter(|r| r.method == "PUT" && r.path.ends_with("/leases/rot") && r.status == 200)
         .map(|r| r.at)
         .collect();
-    assert!(renewals.len() > 20);
+    assert!(renewals.len() >= 10, "{} renewals\n{log}", renewals.len());
     for w in renewals.windows(2) {
         let gap = w[1].duration_since(w[0]).unwrap();
         assert!(gap < Duration::from_millis(250 + 250), "lease gap {gap:?}");
@@ -136,16 +146,21 @@ fn pem_files(node: &NodeDir) -> Vec<String> {
 
 #[tokio::test]
 async fn default_jitter_rotates_between_70_and_80_percent() {
-    let ttl = Duration::from_secs(10);
     let tp = plane(10).await;
     let node = NodeDir::new(&tp.bootstrap_kubeconfig());
     let mut events = tp.events();
     let agent = Agent::spawn(&args(&node, "jit", &[]));
     next_csr(&mut events).await;
-    let not_after = next_issued(&mut events).await;
+    next_issued(&mut events).await;
+    agent.wait_for_log("client certificate installed").await;
+    let first = window(&node);
     let (_, _, at) = next_csr(&mut events).await;
-    let f = fraction_at(not_after, ttl, at);
-    assert!((0.69..=0.81).contains(&f), "rotated at {f:.3}");
+    let f = fraction_at(first, at);
+    assert!(
+        (0.70..=0.81).contains(&f),
+        "rotated at {f:.3}\n{}",
+        agent.log()
+    );
     let line = agent.wait_for_log("rotation scheduled").await;
     assert!(line.contains("rotate_at"), "{line}");
     agent.terminate().await;
