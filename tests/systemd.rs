@@ -140,8 +140,11 @@ impl Container {
         std::fs::create_dir_all(&root).unwrap();
         let s = share.display();
         let script = format!(
-            "{enter} exec unshare -m --propagation private sh -c 'mount --bind / {root} && exec systemd-nspawn --quiet --register=no --keep-unit --volatile=overlay --console=pipe -D {root} -M {name} --bind={s}:{s} --bind-ro={s}/bootlet.service.d:/etc/systemd/system/bootlet.service.d -b -- --unit=basic.target'",
-            root = root.display()
+            "{enter} exec unshare -m --propagation private sh -c 'mount --bind / {root} && exec systemd-nspawn --quiet --register=no --keep-unit --volatile=overlay --console=pipe -D {root} -M {name} --bind-ro={repo}:{repo} --bind={s}:{s} --bind-ro={s}/bootlet.service.d:/etc/systemd/system/bootlet.service.d -b -- --unit=basic.target'",
+            root = root.display(),
+            // nspawn mounts a fresh tmpfs on /tmp: a checkout under /tmp (as CI's may be)
+            // is only visible inside through an explicit bind.
+            repo = env!("CARGO_MANIFEST_DIR"),
         );
         let log = std::fs::File::create(share.join("nspawn.log")).unwrap();
         let nspawn = Command::new("sh")
