@@ -14,7 +14,7 @@ use crate::health::{self, Health};
 use crate::kubeconfig::{self, Credential, KubeconfigError};
 use crate::pki::files::{CertDir, FilesError};
 use crate::pki::verify::{self, VerifyError};
-use crate::pki::{CertInfo, NodeKey, PkiError};
+use crate::pki::{CertInfo, NodeKey, PkiError, PrivateKeyPem};
 
 /// Where the identity bootstrap stands. Each state knows its STATUS= line.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -107,6 +107,37 @@ impl State {
     }
 }
 
+/// A certificate and key from `kubelet-client-current.pem` that passed `check_installed`.
+pub(crate) struct Installed {
+    pub chain_pem: String,
+    pub key_pem: PrivateKeyPem,
+    pub info: CertInfo,
+}
+
+/// Whether an installed certificate is usable now: its key parses and the certificate
+/// verifies for `node` against `ca_pem` (the same rules as a freshly issued one).
+/// `Err` says why not, for the log.
+pub(crate) fn check_installed(
+    chain_pem: String,
+    key_pem: PrivateKeyPem,
+    node: &str,
+    ca_pem: &[u8],
+) -> Result<Installed, String> {
+    let key = NodeKey::from_pem(&key_pem).map_err(|e| {
+        format!(
+            "the current certificate file holds no usable key: {}",
+            report(&e)
+        )
+    })?;
+    let info = verify::verify_issued(&chain_pem, &key, node, ca_pem, SystemTime::now())
+        .map_err(|e| report(&e))?;
+    Ok(Installed {
+        chain_pem,
+        key_pem,
+        info,
+    })
+}
+
 /// Runs bootstrap with the settings it needs.
 pub struct Bootstrap<'a> {
     settings: &'a Settings,
@@ -170,21 +201,12 @@ impl<'a> Bootstrap<'a> {
                 }
             }
         };
-        let key = match NodeKey::from_pem(&key_pem) {
-            Ok(key) => key,
-            Err(e) => {
-                tracing::warn!(error = %report(&e), "the current certificate file holds no usable key");
-                return Ok(None);
-            }
-        };
-        match verify::verify_issued(
-            &chain_pem,
-            &key,
-            &s.node_name,
-            &access.ca_pem,
-            SystemTime::now(),
-        ) {
-            Ok(info) => {
+        match check_installed(chain_pem, key_pem, &s.node_name, &access.ca_pem) {
+            Ok(Installed {
+                chain_pem,
+                key_pem,
+                info,
+            }) => {
                 if rewrite {
                     kubeconfig::write_kubelet(
                         &s.kubeconfig,
@@ -199,8 +221,8 @@ impl<'a> Bootstrap<'a> {
                 self.installed(&creds);
                 Ok(Some(creds))
             }
-            Err(e) => {
-                tracing::info!(reason = %report(&e), "the current client certificate cannot be reused; bootstrapping");
+            Err(reason) => {
+                tracing::info!(%reason, "the current client certificate cannot be reused; bootstrapping");
                 Ok(None)
             }
         }
@@ -340,7 +362,7 @@ impl<'a> Bootstrap<'a> {
         server: &str,
         ca_pem: &[u8],
         chain_pem: String,
-        key: crate::pki::PrivateKeyPem,
+        key: PrivateKeyPem,
         cert: CertInfo,
     ) -> Result<Credentials, BootstrapError> {
         let credential = Credential::ClientCert { chain_pem, key };

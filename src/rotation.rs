@@ -9,12 +9,11 @@ use tokio::sync::watch;
 
 use crate::apiserver::ApiClient;
 use crate::backoff::Backoff;
-use crate::bootstrap::{Bootstrap, BootstrapError, Credentials, State};
+use crate::bootstrap::{check_installed, Bootstrap, BootstrapError, Credentials, Installed, State};
 use crate::config::Settings;
 use crate::error::report;
 use crate::health::{self, CertSummary, Health};
 use crate::pki::files::CertDir;
-use crate::pki::{verify, NodeKey};
 use crate::shutdown::Shutdown;
 
 /// Longest wait between retries of a failed rotation.
@@ -217,16 +216,11 @@ impl Rotation<'_> {
     /// A `kubelet-client-current.pem` someone else installed, if it is valid for us.
     fn adopt_outside_change(&self, dir: &CertDir, creds: &Credentials) -> Option<Credentials> {
         let (chain_pem, key_pem) = dir.read_current().ok()??;
-        let key = NodeKey::from_pem(&key_pem).ok()?;
-        let s = self.settings;
-        let info = verify::verify_issued(
-            &chain_pem,
-            &key,
-            &s.node_name,
-            &creds.ca_pem,
-            SystemTime::now(),
-        )
-        .ok()?;
+        let Installed {
+            chain_pem,
+            key_pem,
+            info,
+        } = check_installed(chain_pem, key_pem, &self.settings.node_name, &creds.ca_pem).ok()?;
         if info.serial == creds.cert.serial {
             return None;
         }

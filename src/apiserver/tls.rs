@@ -26,11 +26,7 @@ pub fn client_config(
     if roots.is_empty() {
         return Err("the cluster CA bundle holds no certificate".into());
     }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let builder = ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots);
+    let builder = builder()?.with_root_certificates(roots);
     let (mut config, identity, header) = match credential {
         Credential::ClientCert { chain_pem, key } => {
             let chain = certs(chain_pem.as_bytes())?;
@@ -55,6 +51,14 @@ pub fn client_config(
     };
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok((config, identity, header))
+}
+
+/// Every rustls config bootlet builds starts here: the ring provider (never a
+/// process-wide default), safe protocol versions; the caller picks the trust roots.
+pub fn builder() -> Result<rustls::ConfigBuilder<ClientConfig, rustls::WantsVerifier>, String> {
+    ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())
 }
 
 fn certs(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {

@@ -6,13 +6,11 @@ use std::time::Duration;
 pub(super) async fn probe(url: &str) -> bool {
     static CLIENT: std::sync::OnceLock<Option<reqwest::Client>> = std::sync::OnceLock::new();
     let client = CLIENT.get_or_init(|| {
-        let tls = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .ok()?
-        .with_root_certificates(rustls::RootCertStore::empty())
-        .with_no_client_auth();
+        // Probes are plain http on loopback; an https URL finds no trust root and fails.
+        let tls = crate::apiserver::tls::builder()
+            .ok()?
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth();
         reqwest::Client::builder()
             .use_preconfigured_tls(tls)
             .timeout(Duration::from_secs(1))
