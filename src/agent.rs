@@ -22,16 +22,15 @@ pub async fn run(settings: Settings) -> Result<(), Error> {
     let health = Health::new(settings.renew_lease);
     let (trigger, shutdown) = shutdown::channel();
     let notifier = tokio::spawn(notify::run(health.clone(), shutdown.clone()));
-    let signal = shutdown::signal_received();
-    tokio::pin!(signal);
-    // Installed before bootstrap so an early SIGHUP is queued, not fatal.
+    // Installed before bootstrap so an early signal is queued, not fatal.
+    let mut signals = shutdown::stop_signals();
     let mut hangups = shutdown::hangups();
 
     let bootstrap = Bootstrap::new(&settings, health.clone(), ClientOptions::default());
     let span = tracing::info_span!("bootstrap", node = %settings.node_name);
     let creds = tokio::select! {
         creds = bootstrap.run().instrument(span) => creds?,
-        sig = &mut signal => {
+        sig = signals.recv() => {
             let deadline = stopping(sig, &trigger, settings.shutdown_grace);
             let _ = tokio::time::timeout_at(deadline, notifier).await;
             return Ok(());
@@ -59,7 +58,7 @@ pub async fn run(settings: Settings) -> Result<(), Error> {
     let mut rotation_done = false;
     let sig = loop {
         tokio::select! {
-            sig = &mut signal => break sig,
+            sig = signals.recv() => break sig,
             () = &mut rotating, if !rotation_done => rotation_done = true,
             Some(()) = recv(&mut hangups) => {
                 notify::reloading();
@@ -89,12 +88,7 @@ pub async fn run(settings: Settings) -> Result<(), Error> {
 }
 
 /// STOPPING=1, fire the shutdown, and return the deadline for in-flight work.
-fn stopping(
-    sig: std::io::Result<&'static str>,
-    trigger: &shutdown::Trigger,
-    grace: std::time::Duration,
-) -> Instant {
-    let why = sig.unwrap_or("signal handler failed");
+fn stopping(why: &'static str, trigger: &shutdown::Trigger, grace: std::time::Duration) -> Instant {
     tracing::info!("received {why}; stopping");
     notify::stopping(why);
     trigger.fire();

@@ -46,14 +46,42 @@ pub fn hangups() -> Option<tokio::signal::unix::Signal> {
         .ok()
 }
 
-/// Waits for SIGTERM or SIGINT and names it.
-pub async fn signal_received() -> std::io::Result<&'static str> {
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    Ok(tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-    })
+/// SIGTERM and SIGINT, caught from the moment this is created: the handlers are installed
+/// here, synchronously, so a stop request that arrives while bootstrap is still running (or
+/// before the first poll) is queued instead of taking the default action and killing us.
+pub struct StopSignals {
+    term: Option<tokio::signal::unix::Signal>,
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+pub fn stop_signals() -> StopSignals {
+    let install = |kind: SignalKind, name: &str| {
+        signal(kind)
+            .map_err(|e| tracing::warn!(error = %e, "cannot handle {name}; it will stop bootlet abruptly"))
+            .ok()
+    };
+    StopSignals {
+        term: install(SignalKind::terminate(), "SIGTERM"),
+        int: install(SignalKind::interrupt(), "SIGINT"),
+    }
+}
+
+impl StopSignals {
+    /// The next SIGTERM or SIGINT, named.
+    pub async fn recv(&mut self) -> &'static str {
+        async fn next(sig: &mut Option<tokio::signal::unix::Signal>) {
+            match sig {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            () = next(&mut self.term) => "SIGTERM",
+            () = next(&mut self.int) => "SIGINT",
+        }
+    }
 }
 
 #[cfg(test)]

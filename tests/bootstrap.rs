@@ -111,6 +111,29 @@ async fn a_valid_certificate_is_reused_without_a_csr_even_with_a_dead_token() {
     assert_eq!(std::fs::read_link(node.current()).unwrap(), before);
 }
 
+/// Regression: the SIGTERM handler used to be installed on the first poll of the signal
+/// future, so a stop that arrived while bootstrap was finishing (reuse completes without
+/// yielding) hit the default action and killed the process. Stop at the first log line,
+/// several times: every run must exit 0.
+#[tokio::test]
+async fn a_stop_request_during_startup_exits_cleanly() {
+    let tp = plane(HOUR).await;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let agent = Agent::spawn(&args(&node, "node-s", &[]));
+    agent.wait_for_log("client certificate installed").await;
+    agent.terminate().await;
+    for round in 0..8 {
+        let agent = Agent::spawn(&args(&node, "node-s", &[]));
+        agent.wait_for_log("no CSR needed").await;
+        let (status, log) = agent.terminate().await;
+        assert!(status.success(), "round {round}: {status:?}\n{log}");
+        assert!(
+            log.contains("received SIGTERM; stopping"),
+            "round {round}:\n{log}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_restart_while_pending_adopts_the_same_csr() {
     let tp = manual_plane().await;
