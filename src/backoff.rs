@@ -49,7 +49,9 @@ impl Backoff {
             max,
             jitter,
             base: min,
-            rng: StdRng::from_os_rng(),
+            // Seeded from the thread-local generator (itself seeded once from the OS):
+            // a backoff is built per renewal, and a getrandom(2) each time is waste.
+            rng: StdRng::from_rng(&mut rand::rng()),
         })
     }
 

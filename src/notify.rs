@@ -21,8 +21,11 @@ pub fn watchdog_period(usec: Duration) -> Duration {
 
 /// Follow `health` until shutdown: STATUS= on every change and periodically, READY=1 once,
 /// and — when systemd set `WATCHDOG_USEC` for us — WATCHDOG=1 every half period while no
-/// loop is past its heartbeat deadline ([`Health::stalled`]).
+/// loop is past its heartbeat deadline ([`Health::stalled`]). Without `NOTIFY_SOCKET`
+/// nobody listens: it only logs readiness once and then sleeps until shutdown, so a
+/// renewal costs no status line.
 pub async fn run(health: Health, mut shutdown: Shutdown) {
+    let listening = std::env::var_os("NOTIFY_SOCKET").is_some();
     let mut snapshots = health.subscribe();
     let mut watchdog = sd_notify::watchdog_enabled().map(|usec| {
         let period = watchdog_period(usec);
@@ -36,10 +39,12 @@ pub async fn run(health: Health, mut shutdown: Shutdown) {
     let mut stalled_logged: Option<&'static str> = None;
     loop {
         let snap = snapshots.borrow_and_update().clone();
-        let status = snap.status_line(SystemTime::now());
-        if status != last_status {
-            send(&[NotifyState::Status(&status)]);
-            last_status = status;
+        if listening {
+            let status = snap.status_line(SystemTime::now());
+            if status != last_status {
+                send(&[NotifyState::Status(&status)]);
+                last_status = status;
+            }
         }
         if !ready_sent && snap.ready() {
             send(&[NotifyState::Ready]);
@@ -53,9 +58,13 @@ pub async fn run(health: Health, mut shutdown: Shutdown) {
             );
             ready_sent = true;
         }
+        if !listening && ready_sent {
+            shutdown.requested().await;
+            return;
+        }
         tokio::select! {
             changed = snapshots.changed() => if changed.is_err() { return },
-            () = tokio::time::sleep(STATUS_REFRESH) => {}
+            () = tokio::time::sleep(STATUS_REFRESH), if listening => {}
             Some(_) = tick(&mut watchdog) => {
                 ping_unless_stalled(&health, &mut stalled_logged);
             }
