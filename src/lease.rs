@@ -17,6 +17,7 @@ use crate::config::Settings;
 use crate::error::report;
 use crate::health::Health;
 use crate::shutdown::Shutdown;
+use crate::ticker::Ticker;
 
 pub const NAMESPACE: &str = "kube-node-lease";
 /// Fraction of the interval by which a renewal may be delayed, so a fleet started
@@ -26,6 +27,9 @@ pub const JITTER: f64 = 0.04;
 const RETRIES_PER_PERIOD: u32 = 5;
 /// Failed periods in a row after which the connection pool is rebuilt.
 const RECONNECT_AFTER: u32 = 2;
+/// A renewal is abandoned this long before the next slot at the latest (5 % of the
+/// interval, at most 500 ms), so a renewal that gets no answer never costs the next one.
+const ABANDON_BEFORE_NEXT: Duration = Duration::from_millis(500);
 /// 409s caused by someone else's renewal before we call it a write war.
 const FOREIGN_STREAK: u32 = 3;
 /// Longest pause between write attempts while another writer owns the Lease.
@@ -78,6 +82,27 @@ pub enum RenewError {
     Conflict { node: String },
     #[error("Lease {NAMESPACE}/{node} is being renewed by another writer")]
     OtherWriter { node: String },
+    #[error("renewing Lease {NAMESPACE}/{node}: no answer within {within:?}; abandoned before the next renewal is due")]
+    NoAnswer { node: String, within: Duration },
+}
+
+// === impl RenewError ===
+
+impl RenewError {
+    /// The exchange got no answer at all (abandoned, timed out, reset): what a dead
+    /// connection looks like, as opposed to an error the server sent.
+    fn is_no_answer(&self) -> bool {
+        match self {
+            RenewError::NoAnswer { .. } => true,
+            RenewError::Api { source, .. } => source.is_transport(),
+            _ => false,
+        }
+    }
+}
+
+/// How long one period's renewal may take: until just before the next slot.
+fn attempt_budget(interval: Duration) -> Duration {
+    interval - (interval / 20).min(ABANDON_BEFORE_NEXT)
 }
 
 /// Mutable state of the loop between renewals.
@@ -125,12 +150,13 @@ impl LeaseLoop {
         let mut war_until: Option<Instant> = None;
         let mut client = clients.borrow_and_update().clone();
         let phase: f64 = rand::rng().random();
+        let mut ticker = Ticker::new();
         loop {
             let at = due(start, n, interval, phase);
             let wait = at.saturating_duration_since(Instant::now());
             health.beat(TASK, wait + BEAT_SLACK + interval / 2);
             tokio::select! {
-                () = tokio::time::sleep_until(at) => {}
+                () = ticker.sleep_until(at) => {}
                 () = shutdown.requested() => return,
             }
             if r.cfg.wedge_after.is_some_and(|d| start.elapsed() >= d) {
@@ -156,7 +182,16 @@ impl LeaseLoop {
             if war_until.is_some_and(|until| Instant::now() < until) {
                 continue;
             }
-            match r.renew_in_period(&client, at + interval).await {
+            let budget = attempt_budget(interval);
+            let attempt =
+                tokio::time::timeout_at(at + budget, r.renew_in_period(&client, at + interval));
+            let result = attempt.await.unwrap_or_else(|_| {
+                Err(RenewError::NoAnswer {
+                    node: r.cfg.node.clone(),
+                    within: budget,
+                })
+            });
+            match result {
                 Ok(()) => {
                     if war_until.take().is_some() {
                         tracing::info!(node = %r.cfg.node, "lease: the other writer stopped; renewing again");
@@ -193,7 +228,10 @@ impl LeaseLoop {
                     } else {
                         tracing::warn!(node = %r.cfg.node, error = %report(&e), "Lease renewal failed");
                     }
-                    if failed_periods >= RECONNECT_AFTER {
+                    // No answer at all (a timeout, a reset) is what a dead connection
+                    // looks like: drop it now, as the kubelet closes its connections after
+                    // a failed heartbeat. Errors the server answered get a second period.
+                    if e.is_no_answer() || failed_periods >= RECONNECT_AFTER {
                         match client.reconnect() {
                             Ok(fresh) => client = fresh,
                             Err(e) => {

@@ -20,3 +20,4 @@ pub mod pki;
 pub mod rotation;
 pub mod shutdown;
 pub mod telemetry;
+pub mod ticker;

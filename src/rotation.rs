@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
 use tokio::sync::watch;
+use tokio::time::Instant;
 
 use crate::apiserver::ApiClient;
 use crate::backoff::Backoff;
@@ -15,6 +16,7 @@ use crate::error::report;
 use crate::health::{self, CertSummary, Health};
 use crate::pki::files::CertDir;
 use crate::shutdown::Shutdown;
+use crate::ticker::Ticker;
 
 /// Longest wait between retries of a failed rotation.
 const MAX_RETRY: Duration = Duration::from_secs(300);
@@ -132,6 +134,7 @@ impl Rotation<'_> {
         let mut retry = Backoff::new(Duration::from_secs(1), MAX_RETRY, 0.2).expect("valid bounds");
         let mut next_try = at;
         let mut warned = false;
+        let mut ticker = Ticker::new();
         loop {
             let now = SystemTime::now();
             let wake = next_try
@@ -140,7 +143,7 @@ impl Rotation<'_> {
                 .min(check_every(&creds));
             self.health.beat(TASK, wake + BEAT_SLACK);
             tokio::select! {
-                () = tokio::time::sleep(wake) => {}
+                () = ticker.sleep_until(Instant::now() + wake) => {}
                 () = shutdown.requested() => return,
             }
             let now = SystemTime::now();

@@ -105,6 +105,11 @@ impl Error {
         self.code() == Some(410)
     }
 
+    /// The exchange itself failed (connect, TLS, timeout, reset): no answer at all.
+    pub fn is_transport(&self) -> bool {
+        matches!(self, Error::Transport { .. })
+    }
+
     /// Worth retrying unchanged: the network, 5xx, 429.
     pub fn is_retryable(&self) -> bool {
         match self {

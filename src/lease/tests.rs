@@ -79,3 +79,23 @@ async fn schedule_does_not_drift_and_the_phase_stays_inside_four_percent() {
         }
     }
 }
+
+#[test]
+fn a_renewal_is_abandoned_just_before_the_next_slot() {
+    assert_eq!(
+        attempt_budget(Duration::from_secs(10)),
+        Duration::from_millis(9500)
+    );
+    assert_eq!(
+        attempt_budget(Duration::from_secs(1)),
+        Duration::from_millis(950)
+    );
+    assert_eq!(
+        attempt_budget(Duration::from_millis(200)),
+        Duration::from_millis(190)
+    );
+    assert_eq!(
+        attempt_budget(Duration::from_secs(60)),
+        Duration::from_millis(59_500)
+    );
+}

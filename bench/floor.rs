@@ -1,0 +1,239 @@
+//! The CPU floor under bootlet's per-renewal cost on this machine, measured without the
+//! agent: (1) one timer wake-up on a current-thread tokio runtime, with tokio's own sleep
+//! and with bootlet's timerfd `Ticker`; (2) a bare reqwest PUT of a Lease every interval
+//! over one keep-alive mTLS connection, HTTP/2 and HTTP/1.1 — the stack bootlet is built on
+//! (reqwest + rustls/ring + hyper/h2 + tokio) with none of bootlet's code around it. Each
+//! runs on its own thread and reads only that thread's CPU time and wake-up count
+//! (/proc/thread-self/schedstat), so the in-process testplane is not counted.
+//! Run it with `bench/floor.sh`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bootlet::ticker::Ticker;
+use serde_json::{json, Value};
+use testplane::TestPlane;
+use tokio::time::Instant;
+
+/// `FLOOR_INTERVAL_MS` (default 100) and `FLOOR_ROUNDS` (default 200).
+#[derive(Clone, Copy)]
+struct Pace {
+    interval: Duration,
+    rounds: u32,
+}
+
+fn pace() -> Pace {
+    let env = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(default)
+    };
+    Pace {
+        interval: Duration::from_millis(env("FLOOR_INTERVAL_MS", 100)),
+        rounds: u32::try_from(env("FLOOR_ROUNDS", 200)).unwrap_or(200),
+    }
+}
+
+/// This thread's (CPU nanoseconds, times scheduled in).
+fn thread_sched() -> (u64, u64) {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+    let f: Vec<u64> = s
+        .split_whitespace()
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    (
+        f.first().copied().unwrap_or(0),
+        f.get(2).copied().unwrap_or(0),
+    )
+}
+
+/// CPU ms and wake-ups per round since `from`.
+struct PerRound {
+    cpu_ms: f64,
+    wakeups: f64,
+}
+
+fn per_round(from: (u64, u64), p: Pace) -> PerRound {
+    let to = thread_sched();
+    PerRound {
+        cpu_ms: (to.0 - from.0) as f64 / f64::from(p.rounds) / 1e6,
+        wakeups: (to.1 - from.1) as f64 / f64::from(p.rounds),
+    }
+}
+
+fn tls(ca: &str, cert: &str, key: &str, alpn: &[u8]) -> rustls::ClientConfig {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for der in testplane::pki::pem_blocks(ca.as_bytes(), "CERTIFICATE") {
+        roots.add(der.into()).expect("CA parses");
+    }
+    let chain = testplane::pki::pem_blocks(cert.as_bytes(), "CERTIFICATE")
+        .into_iter()
+        .map(Into::into)
+        .collect();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(
+        testplane::pki::pem_blocks(key.as_bytes(), "PRIVATE KEY")
+            .remove(0)
+            .into(),
+    );
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .expect("client cert");
+    cfg.alpn_protocols = vec![alpn.to_vec()];
+    cfg
+}
+
+fn lease(name: &str, rv: Option<&str>) -> Value {
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S.%6fZ")
+        .to_string();
+    let mut v = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": name, "namespace": "kube-node-lease"},
+        "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now}});
+    if let Some(rv) = rv {
+        v["metadata"]["resourceVersion"] = rv.into();
+    }
+    v
+}
+
+/// Runs `f` on a fresh thread with a current-thread runtime (as bootlet does). The four
+/// measurements run side by side: each sleeps almost all the time, and each counts only
+/// its own thread.
+fn on_own_thread<F, Fut>(f: F) -> std::thread::JoinHandle<PerRound>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = PerRound>,
+{
+    std::thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+            .block_on(f())
+    })
+}
+
+async fn tokio_timer(p: Pace) -> PerRound {
+    let mut at = Instant::now() + p.interval;
+    tokio::time::sleep_until(at).await;
+    let from = thread_sched();
+    for _ in 0..p.rounds {
+        at += p.interval;
+        tokio::time::sleep_until(at).await;
+    }
+    per_round(from, p)
+}
+
+async fn ticker(p: Pace) -> PerRound {
+    let mut ticker = Ticker::new();
+    assert!(ticker.is_exact(), "no timerfd here");
+    let mut at = Instant::now() + p.interval;
+    ticker.sleep_until(at).await;
+    let from = thread_sched();
+    for _ in 0..p.rounds {
+        at += p.interval;
+        ticker.sleep_until(at).await;
+    }
+    per_round(from, p)
+}
+
+async fn put_loop(
+    url: String,
+    cfg: rustls::ClientConfig,
+    h2: bool,
+    name: String,
+    p: Pace,
+) -> PerRound {
+    let mut builder = reqwest::Client::builder().use_preconfigured_tls(cfg);
+    if h2 {
+        builder = builder.http2_prior_knowledge();
+    } else {
+        builder = builder.http1_only();
+    }
+    let client = builder.build().expect("client");
+    let path =
+        format!("{url}/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}");
+    let list = format!("{url}/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases");
+    let created: Value = client
+        .post(&list)
+        .json(&lease(&name, None))
+        .send()
+        .await
+        .expect("create")
+        .json()
+        .await
+        .expect("json");
+    let mut rv = created["metadata"]["resourceVersion"]
+        .as_str()
+        .expect("rv")
+        .to_string();
+    let mut ticker = Ticker::new();
+    let mut at = Instant::now() + p.interval;
+    ticker.sleep_until(at).await;
+    let from = thread_sched();
+    for _ in 0..p.rounds {
+        at += p.interval;
+        ticker.sleep_until(at).await;
+        let resp: Value = client
+            .put(&path)
+            .json(&lease(&name, Some(&rv)))
+            .send()
+            .await
+            .expect("put")
+            .json()
+            .await
+            .expect("json");
+        rv = resp["metadata"]["resourceVersion"]
+            .as_str()
+            .expect("rv")
+            .to_string();
+    }
+    per_round(from, p)
+}
+
+#[tokio::main]
+async fn main() {
+    let tp = TestPlane::builder().start().await.expect("testplane");
+    let p = pace();
+    let mut runs = vec![
+        (
+            "tokio sleep_until, nothing else".to_string(),
+            on_own_thread(move || tokio_timer(p)),
+        ),
+        (
+            "timerfd Ticker, nothing else".to_string(),
+            on_own_thread(move || ticker(p)),
+        ),
+    ];
+    for (h2, label) in [(true, "HTTP/2"), (false, "HTTP/1.1")] {
+        let name = format!("floor-{}", if h2 { "h2" } else { "h1" });
+        let (cert, key) = tp
+            .client_cert(&format!("system:node:{name}"), &["system:nodes"])
+            .expect("client cert");
+        let cfg = tls(
+            &tp.ca_pem(),
+            &cert,
+            &key,
+            if h2 { b"h2" } else { b"http/1.1" },
+        );
+        let url = tp.url();
+        runs.push((
+            format!("bare reqwest PUT of a Lease over {label} + mTLS, Ticker wake-up"),
+            on_own_thread(move || put_loop(url, cfg, h2, name, p)),
+        ));
+    }
+    for (what, run) in runs {
+        let r = run.join().expect("measurement thread");
+        println!(
+            "floor: {what}: {:.3} ms CPU, {:.1} wake-ups per round ({} rounds, every {} ms)",
+            r.cpu_ms,
+            r.wakeups,
+            p.rounds,
+            p.interval.as_millis()
+        );
+    }
+}
