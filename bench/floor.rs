@@ -7,7 +7,6 @@
 //! (/proc/thread-self/schedstat), so the in-process testplane is not counted.
 //! Run it with `bench/floor.sh`.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use bootlet::ticker::Ticker;
@@ -60,31 +59,6 @@ fn per_round(from: (u64, u64), p: Pace) -> PerRound {
         cpu_ms: (to.0 - from.0) as f64 / f64::from(p.rounds) / 1e6,
         wakeups: (to.1 - from.1) as f64 / f64::from(p.rounds),
     }
-}
-
-fn tls(ca: &str, cert: &str, key: &str, alpn: &[u8]) -> rustls::ClientConfig {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    for der in testplane::pki::pem_blocks(ca.as_bytes(), "CERTIFICATE") {
-        roots.add(der.into()).expect("CA parses");
-    }
-    let chain = testplane::pki::pem_blocks(cert.as_bytes(), "CERTIFICATE")
-        .into_iter()
-        .map(Into::into)
-        .collect();
-    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(
-        testplane::pki::pem_blocks(key.as_bytes(), "PRIVATE KEY")
-            .remove(0)
-            .into(),
-    );
-    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("TLS versions")
-        .with_root_certificates(roots)
-        .with_client_auth_cert(chain, key)
-        .expect("client cert");
-    cfg.alpn_protocols = vec![alpn.to_vec()];
-    cfg
 }
 
 fn lease(name: &str, rv: Option<&str>) -> Value {
@@ -214,12 +188,8 @@ async fn main() {
         let (cert, key) = tp
             .client_cert(&format!("system:node:{name}"), &["system:nodes"])
             .expect("client cert");
-        let cfg = tls(
-            &tp.ca_pem(),
-            &cert,
-            &key,
-            if h2 { b"h2" } else { b"http/1.1" },
-        );
+        let alpn = if h2 { "h2" } else { "http/1.1" };
+        let cfg = testplane::pki::client_tls(&tp.ca_pem(), Some((&cert, &key)), &[alpn]);
         let url = tp.url();
         runs.push((
             format!("bare reqwest PUT of a Lease over {label} + mTLS, Ticker wake-up"),

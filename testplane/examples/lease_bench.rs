@@ -2,36 +2,10 @@
 //! connection each, renewing their own Lease (PUT with the last resourceVersion) for D seconds.
 //! Usage: lease_bench [WORKERS=8] [SECONDS=5]. Prints updates/s, requests and TLS handshakes.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use testplane::{Event, TestPlane};
-
-fn tls(ca: &str, cert: &str, key: &str) -> rustls::ClientConfig {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    for der in testplane::pki::pem_blocks(ca.as_bytes(), "CERTIFICATE") {
-        roots.add(der.into()).expect("CA parses");
-    }
-    let chain = testplane::pki::pem_blocks(cert.as_bytes(), "CERTIFICATE")
-        .into_iter()
-        .map(Into::into)
-        .collect();
-    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(
-        testplane::pki::pem_blocks(key.as_bytes(), "PRIVATE KEY")
-            .remove(0)
-            .into(),
-    );
-    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("TLS versions")
-        .with_root_certificates(roots)
-        .with_client_auth_cert(chain, key)
-        .expect("client cert");
-    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
-    cfg
-}
 
 fn lease(name: &str, rv: Option<&str>) -> Value {
     let now = jiff::Timestamp::now()
@@ -79,7 +53,11 @@ async fn main() {
             .client_cert(&format!("system:node:{node}"), &["system:nodes"])
             .expect("cert");
         let http = reqwest::Client::builder()
-            .use_preconfigured_tls(tls(&tp.ca_pem(), &cert, &key))
+            .use_preconfigured_tls(testplane::pki::client_tls(
+                &tp.ca_pem(),
+                Some((&cert, &key)),
+                &["http/1.1"],
+            ))
             .pool_max_idle_per_host(1)
             .build()
             .expect("client");

@@ -2,7 +2,6 @@
 //! identity, node keys and CSRs, and bounded event waits.
 #![allow(dead_code)]
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
@@ -19,35 +18,9 @@ pub async fn start() -> TestPlane {
         .expect("testplane starts")
 }
 
-fn pem_der(pem: &str, label: &str) -> Vec<Vec<u8>> {
-    testplane::pki::pem_blocks(pem.as_bytes(), label)
-}
-
 /// A rustls client config trusting `ca_pem`, optionally presenting a client cert.
 pub fn tls(ca_pem: &str, cert: Option<(&str, &str)>, alpn: &[&str]) -> rustls::ClientConfig {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    for der in pem_der(ca_pem, "CERTIFICATE") {
-        roots.add(der.into()).unwrap();
-    }
-    let b = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots);
-    let mut cfg = match cert {
-        None => b.with_no_client_auth(),
-        Some((c, k)) => {
-            let chain = pem_der(c, "CERTIFICATE")
-                .into_iter()
-                .map(Into::into)
-                .collect();
-            let key =
-                rustls::pki_types::PrivateKeyDer::Pkcs8(pem_der(k, "PRIVATE KEY").remove(0).into());
-            b.with_client_auth_cert(chain, key).unwrap()
-        }
-    };
-    cfg.alpn_protocols = alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
-    cfg
+    testplane::pki::client_tls(ca_pem, cert, alpn)
 }
 
 /// An HTTP client for one identity.
