@@ -10,7 +10,8 @@
 use std::time::Duration;
 
 use bootlet::ticker::Ticker;
-use serde_json::{json, Value};
+use serde_json::Value;
+use testplane::client::{lease_json, resource_version};
 use testplane::TestPlane;
 use tokio::time::Instant;
 
@@ -59,19 +60,6 @@ fn per_round(from: (u64, u64), p: Pace) -> PerRound {
         cpu_ms: (to.0 - from.0) as f64 / f64::from(p.rounds) / 1e6,
         wakeups: (to.1 - from.1) as f64 / f64::from(p.rounds),
     }
-}
-
-fn lease(name: &str, rv: Option<&str>) -> Value {
-    let now = jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%S.%6fZ")
-        .to_string();
-    let mut v = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-        "metadata": {"name": name, "namespace": "kube-node-lease"},
-        "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now}});
-    if let Some(rv) = rv {
-        v["metadata"]["resourceVersion"] = rv.into();
-    }
-    v
 }
 
 /// Runs `f` on a fresh thread with a current-thread runtime (as bootlet does). The four
@@ -134,17 +122,14 @@ async fn put_loop(
     let list = format!("{url}/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases");
     let created: Value = client
         .post(&list)
-        .json(&lease(&name, None))
+        .json(&lease_json(&name, None))
         .send()
         .await
         .expect("create")
         .json()
         .await
         .expect("json");
-    let mut rv = created["metadata"]["resourceVersion"]
-        .as_str()
-        .expect("rv")
-        .to_string();
+    let mut rv = resource_version(&created);
     let mut ticker = Ticker::new();
     let mut at = Instant::now() + p.interval;
     ticker.sleep_until(at).await;
@@ -154,17 +139,14 @@ async fn put_loop(
         ticker.sleep_until(at).await;
         let resp: Value = client
             .put(&path)
-            .json(&lease(&name, Some(&rv)))
+            .json(&lease_json(&name, Some(&rv)))
             .send()
             .await
             .expect("put")
             .json()
             .await
             .expect("json");
-        rv = resp["metadata"]["resourceVersion"]
-            .as_str()
-            .expect("rv")
-            .to_string();
+        rv = resource_version(&resp);
     }
     per_round(from, p)
 }
@@ -189,7 +171,7 @@ async fn main() {
             .client_cert(&format!("system:node:{name}"), &["system:nodes"])
             .expect("client cert");
         let alpn = if h2 { "h2" } else { "http/1.1" };
-        let cfg = testplane::pki::client_tls(&tp.ca_pem(), Some((&cert, &key)), &[alpn]);
+        let cfg = testplane::client::client_tls(&tp.ca_pem(), Some((&cert, &key)), &[alpn]);
         let url = tp.url();
         runs.push((
             format!("bare reqwest PUT of a Lease over {label} + mTLS, Ticker wake-up"),

@@ -38,8 +38,9 @@ const MAX_WAR_BACKOFF: Duration = Duration::from_secs(300);
 pub const TASK: &str = "lease";
 /// Slack on top of the sleep before a renewal, for the jitter and a busy runtime.
 const BEAT_SLACK: Duration = Duration::from_secs(1);
-/// Bound on one renewal attempt: the owner lookup, a GET and two PUT/GET rounds, each
-/// bounded by the API client's request timeout.
+/// The watchdog promise for one period's work: the owner lookup, a GET and two PUT/GET
+/// rounds, each bounded by the API client's request timeout. Loose on purpose: the attempt
+/// itself is abandoned before the next slot ([`attempt_budget`]).
 const ATTEMPT_BOUND: Duration =
     Duration::from_secs(5 * apiserver::DEFAULT_REQUEST_TIMEOUT.as_secs() + 5);
 

@@ -4,21 +4,9 @@
 
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::Value;
+use testplane::client::{lease_json, resource_version};
 use testplane::{Event, TestPlane};
-
-fn lease(name: &str, rv: Option<&str>) -> Value {
-    let now = jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%S.%6fZ")
-        .to_string();
-    let mut v = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-        "metadata": {"name": name, "namespace": "kube-node-lease"},
-        "spec": {"holderIdentity": name, "leaseDurationSeconds": 40, "renewTime": now}});
-    if let Some(rv) = rv {
-        v["metadata"]["resourceVersion"] = rv.into();
-    }
-    v
-}
 
 #[tokio::main]
 async fn main() {
@@ -53,7 +41,7 @@ async fn main() {
             .client_cert(&format!("system:node:{node}"), &["system:nodes"])
             .expect("cert");
         let http = reqwest::Client::builder()
-            .use_preconfigured_tls(testplane::pki::client_tls(
+            .use_preconfigured_tls(testplane::client::client_tls(
                 &tp.ca_pem(),
                 Some((&cert, &key)),
                 &["http/1.1"],
@@ -65,31 +53,25 @@ async fn main() {
         tasks.push(tokio::spawn(async move {
             let created: Value = http
                 .post(&base)
-                .json(&lease(&node, None))
+                .json(&lease_json(&node, None))
                 .send()
                 .await
                 .expect("create")
                 .json()
                 .await
                 .expect("json");
-            let mut rv = created["metadata"]["resourceVersion"]
-                .as_str()
-                .expect("rv")
-                .to_string();
+            let mut rv = resource_version(&created);
             let mut ok = 0u64;
             while tokio::time::Instant::now() < deadline {
                 let r = http
                     .put(format!("{base}/{node}"))
-                    .json(&lease(&node, Some(&rv)))
+                    .json(&lease_json(&node, Some(&rv)))
                     .send()
                     .await
                     .expect("update");
                 assert_eq!(r.status(), 200, "lease update");
                 let v: Value = r.json().await.expect("json");
-                rv = v["metadata"]["resourceVersion"]
-                    .as_str()
-                    .expect("rv")
-                    .to_string();
+                rv = resource_version(&v);
                 ok += 1;
             }
             ok

@@ -21,6 +21,7 @@
 
 mod api;
 pub mod auth;
+pub mod client;
 mod controllers;
 mod events;
 mod faults;

@@ -312,39 +312,6 @@ pub fn validate_kubelet_client(csr: &ParsedCsr, usages: &[String]) -> Result<(),
     Ok(())
 }
 
-/// A rustls client config (ring) for tests and benches: trusts only `ca_pem`, presents
-/// `cert` (certificate PEM, PKCS#8 key PEM) if given, offers `alpn`. Panics on bad PEM.
-pub fn client_tls(ca_pem: &str, cert: Option<(&str, &str)>, alpn: &[&str]) -> rustls::ClientConfig {
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let mut roots = rustls::RootCertStore::empty();
-    for der in pem_blocks(ca_pem.as_bytes(), "CERTIFICATE") {
-        roots.add(der.into()).expect("the CA certificate parses");
-    }
-    let builder = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("TLS versions")
-        .with_root_certificates(roots);
-    let mut cfg = match cert {
-        None => builder.with_no_client_auth(),
-        Some((cert, key)) => {
-            let chain = pem_blocks(cert.as_bytes(), "CERTIFICATE")
-                .into_iter()
-                .map(Into::into)
-                .collect();
-            let key = pem_blocks(key.as_bytes(), "PRIVATE KEY")
-                .into_iter()
-                .next()
-                .expect("a PKCS#8 key");
-            let key = rustls::pki_types::PrivateKeyDer::Pkcs8(key.into());
-            builder
-                .with_client_auth_cert(chain, key)
-                .expect("the client certificate and key match")
-        }
-    };
-    cfg.alpn_protocols = alpn.iter().map(|a| a.as_bytes().to_vec()).collect();
-    cfg
-}
-
 /// Every DER body of PEM blocks labelled `label` in `pem`.
 pub fn pem_blocks(pem: &[u8], label: &str) -> Vec<Vec<u8>> {
     x509_parser::pem::Pem::iter_from_buffer(pem)

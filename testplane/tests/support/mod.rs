@@ -20,7 +20,7 @@ pub async fn start() -> TestPlane {
 
 /// A rustls client config trusting `ca_pem`, optionally presenting a client cert.
 pub fn tls(ca_pem: &str, cert: Option<(&str, &str)>, alpn: &[&str]) -> rustls::ClientConfig {
-    testplane::pki::client_tls(ca_pem, cert, alpn)
+    testplane::client::client_tls(ca_pem, cert, alpn)
 }
 
 /// An HTTP client for one identity.
