@@ -2,9 +2,11 @@
 //! agent: (1) one timer wake-up on a current-thread tokio runtime, with tokio's own sleep
 //! and with bootlet's timerfd `Ticker`; (2) a bare reqwest PUT of a Lease every interval
 //! over one keep-alive mTLS connection, HTTP/2 and HTTP/1.1 — the stack bootlet is built on
-//! (reqwest + rustls/ring + hyper/h2 + tokio) with none of bootlet's code around it. Each
-//! runs on its own thread and reads only that thread's CPU time and wake-up count
-//! (/proc/thread-self/schedstat), so the in-process testplane is not counted.
+//! (reqwest + rustls/ring + hyper/h2 + tokio) with none of bootlet's code around it — and
+//! the HTTP/2 one again in a child process (as bench/agent.sh runs bootlet); (3) bootlet's
+//! own Lease loop in this process. Each runs on its own thread and reads only that thread's
+//! CPU time and wake-up count (/proc/thread-self/schedstat), so the in-process testplane
+//! is not counted.
 //! Run it with `bench/floor.sh`.
 
 use std::time::Duration;
@@ -151,8 +153,121 @@ async fn put_loop(
     per_round(from, p)
 }
 
+/// bootlet's own Lease loop (`LeaseLoop::run`, the agent's code path and client) on this
+/// thread, against the same in-process server: what the agent costs without a second
+/// process to switch to.
+async fn lease_loop(url: String, ca: Vec<u8>, cert: String, key: String, p: Pace) -> PerRound {
+    use bootlet::apiserver::{ApiClient, ClientOptions};
+    use bootlet::kubeconfig::Credential;
+    use bootlet::pki::PrivateKeyPem;
+    let credential = Credential::ClientCert {
+        chain_pem: cert,
+        key: PrivateKeyPem::new(key),
+    };
+    let client = ApiClient::new(&url, &ca, &credential, ClientOptions::default()).expect("client");
+    let (_clients_tx, clients) = tokio::sync::watch::channel(client);
+    let health = bootlet::health::Health::new(true);
+    let (stop, shutdown) = bootlet::shutdown::channel();
+    let cfg = bootlet::lease::LeaseLoop {
+        node: "floor-loop".into(),
+        interval: p.interval,
+        duration: Duration::from_secs(40),
+        owner_lookup: Duration::from_secs(3600),
+        probe: None,
+        wedge_after: None,
+    };
+    let mut renewals = health.subscribe();
+    let run = tokio::spawn(cfg.run(clients, health.clone(), shutdown));
+    // Measure from the first renewal (the connection and the Lease exist) for p.rounds more.
+    let mut from = None;
+    let mut seen = 0;
+    while seen < p.rounds {
+        renewals.changed().await.expect("lease loop alive");
+        let renewed = renewals.borrow_and_update().lease.last_renewed;
+        if renewed.is_none() {
+            continue;
+        }
+        match from {
+            None => from = Some((thread_sched(), renewed)),
+            Some((_, last)) if renewed != last => {
+                seen += 1;
+                from = from.map(|(f, _)| (f, renewed));
+            }
+            Some(_) => {}
+        }
+    }
+    let r = per_round(from.expect("renewed").0, p);
+    stop.fire();
+    run.await.expect("lease loop");
+    r
+}
+
+/// The bare HTTP/2 PUT loop again, in a child process of its own: bench/agent.sh measures
+/// bootlet as a separate process, and switching between two processes costs more than
+/// between two threads of one (on this VM, markedly).
+async fn put_loop_in_child(
+    url: String,
+    ca: String,
+    cert: String,
+    key: String,
+    p: Pace,
+) -> PerRound {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (file, text) in [
+        ("url", &url),
+        ("ca.pem", &ca),
+        ("cert.pem", &cert),
+        ("key.pem", &key),
+    ] {
+        std::fs::write(dir.path().join(file), text).expect("write");
+    }
+    let out = tokio::process::Command::new(std::env::current_exe().expect("own path"))
+        .env(CHILD, dir.path())
+        .env("FLOOR_INTERVAL_MS", p.interval.as_millis().to_string())
+        .env("FLOOR_ROUNDS", p.rounds.to_string())
+        .output()
+        .await
+        .expect("run the child");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut f = text
+        .split_whitespace()
+        .filter_map(|v| v.parse::<f64>().ok());
+    match (f.next(), f.next()) {
+        (Some(cpu_ms), Some(wakeups)) => PerRound { cpu_ms, wakeups },
+        _ => panic!(
+            "child said {text:?}, {}",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
+}
+
+/// Names the directory a child reads its server, CA and identity from.
+const CHILD: &str = "FLOOR_CHILD";
+
+/// The child's side of [`put_loop_in_child`]: one measurement, printed as two numbers.
+fn child(dir: &std::path::Path) {
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).expect("read");
+    let cfg = testplane::client::client_tls(
+        &read("ca.pem"),
+        Some((&read("cert.pem"), &read("key.pem"))),
+        &["h2"],
+    );
+    let (url, p) = (read("url"), pace());
+    let r = on_own_thread(move || put_loop(url, cfg, true, "floor-child".into(), p))
+        .join()
+        .expect("measurement thread");
+    println!("{} {}", r.cpu_ms, r.wakeups);
+}
+
+fn main() {
+    match std::env::var_os(CHILD) {
+        Some(dir) => child(std::path::Path::new(&dir)),
+        None => parent(),
+    }
+}
+
 #[tokio::main]
-async fn main() {
+async fn parent() {
     let tp = TestPlane::builder().start().await.expect("testplane");
     let p = pace();
     let mut runs = vec![
@@ -178,6 +293,23 @@ async fn main() {
             on_own_thread(move || put_loop(url, cfg, h2, name, p)),
         ));
     }
+    let (cert, key) = tp
+        .client_cert("system:node:floor-child", &["system:nodes"])
+        .expect("client cert");
+    let (url, ca) = (tp.url(), tp.ca_pem());
+    runs.push((
+        "bare reqwest PUT of a Lease over HTTP/2 + mTLS, Ticker wake-up, in a child process"
+            .to_string(),
+        on_own_thread(move || put_loop_in_child(url, ca, cert, key, p)),
+    ));
+    let (cert, key) = tp
+        .client_cert("system:node:floor-loop", &["system:nodes"])
+        .expect("client cert");
+    let (url, ca) = (tp.url(), tp.ca_pem().into_bytes());
+    runs.push((
+        "bootlet's Lease loop (LeaseLoop::run) in this process".to_string(),
+        on_own_thread(move || lease_loop(url, ca, cert, key, p)),
+    ));
     for (what, run) in runs {
         let r = run.join().expect("measurement thread");
         println!(

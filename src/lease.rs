@@ -11,7 +11,7 @@ use rand::Rng;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::apiserver::{self, ApiClient};
+use crate::apiserver::{self, ApiClient, Liveness};
 use crate::backoff::Backoff;
 use crate::config::Settings;
 use crate::error::report;
@@ -101,6 +101,18 @@ impl RenewError {
     }
 }
 
+/// The Lease loop's own connection for `shared`'s identity. Its renewals are its liveness
+/// check (each one bounded by [`attempt_budget`]; no answer → a fresh connection at once),
+/// so it runs without hyper's PING timer, which would wake the process three times per
+/// renewal without ever sending a PING while renewals flow. Quiet stretches (a paused
+/// loop) are covered by TCP keepalive in the kernel.
+fn own_connection(shared: &ApiClient) -> ApiClient {
+    shared.with_liveness(Liveness::Traffic).unwrap_or_else(|e| {
+        tracing::warn!(error = %report(&e), "lease: cannot open a connection of its own; sharing the agent's");
+        shared.clone()
+    })
+}
+
 /// How long one period's renewal may take: until just before the next slot.
 fn attempt_budget(interval: Duration) -> Duration {
     interval - (interval / 20).min(ABANDON_BEFORE_NEXT)
@@ -149,7 +161,7 @@ impl LeaseLoop {
         let mut war = Backoff::new(interval, MAX_WAR_BACKOFF.max(interval), 0.2)
             .expect("interval is positive and below the cap");
         let mut war_until: Option<Instant> = None;
-        let mut client = clients.borrow_and_update().clone();
+        let mut client = own_connection(&clients.borrow_and_update());
         let phase: f64 = rand::rng().random();
         let mut ticker = Ticker::new();
         loop {
@@ -169,7 +181,7 @@ impl LeaseLoop {
             }
             health.beat(TASK, ATTEMPT_BOUND + interval);
             if clients.has_changed().unwrap_or(false) {
-                client = clients.borrow_and_update().clone();
+                client = own_connection(&clients.borrow_and_update());
                 tracing::info!(identity = %client.identity(), "lease: switched to the new credentials");
             }
             // The next slot after now: slots missed by a slow renewal are skipped, not burst.

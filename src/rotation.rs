@@ -134,6 +134,7 @@ impl Rotation<'_> {
         let mut retry = Backoff::new(Duration::from_secs(1), MAX_RETRY, 0.2).expect("valid bounds");
         let mut next_try = at;
         let mut warned = false;
+        let mut seen = None;
         let mut ticker = Ticker::new();
         loop {
             let now = SystemTime::now();
@@ -147,7 +148,7 @@ impl Rotation<'_> {
                 () = shutdown.requested() => return,
             }
             let now = SystemTime::now();
-            if let Some(adopted) = self.adopt_outside_change(&dir, &creds) {
+            if let Some(adopted) = self.adopt_outside_change(&dir, &creds, &mut seen) {
                 creds = adopted;
                 self.publish(&creds);
                 at = self.schedule(&creds);
@@ -217,8 +218,24 @@ impl Rotation<'_> {
     }
 
     /// A `kubelet-client-current.pem` someone else installed, if it is valid for us.
-    fn adopt_outside_change(&self, dir: &CertDir, creds: &Credentials) -> Option<Credentials> {
+    /// `seen` fingerprints the file's text at the last look (no second copy of the key
+    /// is kept): an unchanged file is not parsed and verified again, which would cost an
+    /// EC point multiplication every minute.
+    fn adopt_outside_change(
+        &self,
+        dir: &CertDir,
+        creds: &Credentials,
+        seen: &mut Option<[u8; 32]>,
+    ) -> Option<Credentials> {
         let (chain_pem, key_pem) = dir.read_current().ok()??;
+        let fingerprint: [u8; 32] = Sha256::new()
+            .chain_update(&chain_pem)
+            .chain_update(key_pem.as_str())
+            .finalize()
+            .into();
+        if seen.replace(fingerprint) == Some(fingerprint) {
+            return None;
+        }
         let Installed {
             chain_pem,
             key_pem,

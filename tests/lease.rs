@@ -121,6 +121,49 @@ async fn cadence_is_exact_with_one_request_per_renewal_over_one_connection() {
     assert_eq!(conns.len(), 1, "{conns:?}");
 }
 
+/// The Lease connection has no HTTP/2 PING timer (its renewals are its liveness check), so
+/// its quiet stretches are covered by TCP keepalive in the kernel, well under the grace
+/// period: `ss` shows a keepalive timer of at most 15 s on every socket bootlet holds to
+/// the API server between renewals.
+#[tokio::test]
+async fn the_kernel_keeps_the_idle_lease_connection_alive() {
+    let tp = plane(HOUR).await;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let mut events = tp.events();
+    let agent = Agent::spawn(&args(&node, "tcpka", "1s", &["--lease-duration", "40s"]));
+    renewals(&tp, &mut events, "tcpka", 2).await;
+    let port = tp.addr().port();
+    let ours = format!("pid={},", agent.pid());
+    let mut last = String::new();
+    // Sample between renewals: a socket with a request in flight shows its retransmit timer.
+    for _ in 0..20 {
+        let filter = format!("dport = :{port}");
+        let (ok, out) = support::run("ss", &["-tnopH", "state", "established", &filter]).await;
+        assert!(ok, "{out}");
+        let sockets: Vec<&str> = out.lines().filter(|l| l.contains(&ours)).collect();
+        let keepalive_secs: Vec<Option<f64>> = sockets.iter().map(|l| keepalive(l)).collect();
+        if !sockets.is_empty() && keepalive_secs.iter().all(|s| s.is_some_and(|s| s <= 15.0)) {
+            let (status, log) = agent.terminate().await;
+            assert!(status.success(), "{log}");
+            return;
+        }
+        last = out;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    panic!("no keepalive timer of at most 15 s on bootlet's sockets: {last}");
+}
+
+/// The remaining time of `timer:(keepalive,14sec,0)` (or `…,980ms,0`) in an `ss -o` line.
+fn keepalive(line: &str) -> Option<f64> {
+    let rest = line.split("timer:(keepalive,").nth(1)?;
+    let time = rest.split(',').next()?;
+    let (num, scale) = match time.strip_suffix("ms") {
+        Some(ms) => (ms, 0.001),
+        None => (time.strip_suffix("sec")?, 1.0),
+    };
+    Some(num.parse::<f64>().ok()? * scale)
+}
+
 #[tokio::test]
 async fn recovers_from_conflict_500s_and_429() {
     let tp = plane(HOUR).await;
@@ -173,8 +216,9 @@ async fn the_first_renewal_after_an_outage_comes_within_one_interval() {
 
 /// A renewal that gets no answer is abandoned just before the next one is due (never
 /// costing the next slot), and since no answer at all is what a dead connection looks
-/// like, the next renewal goes over a fresh connection. Here the server is only slow, so
-/// HTTP/2 PINGs would have kept the old connection: the switch is bootlet's own decision.
+/// like, the next renewal goes over a fresh connection. Here the server is only slow (its
+/// TCP stack still acknowledges), so the kernel's keepalive would have kept the old
+/// connection: the switch is bootlet's own decision.
 #[tokio::test]
 async fn a_renewal_without_an_answer_is_abandoned_and_moves_to_a_fresh_connection() {
     let tp = plane(HOUR).await;

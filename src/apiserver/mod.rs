@@ -31,6 +31,17 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// HTTP/2 PING period: well under the 40 s lease grace period, so a dead connection is
 /// noticed before the node controller notices the node.
 pub const H2_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(15);
+/// An unanswered HTTP/2 PING closes the connection after this long.
+pub const H2_KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+/// TCP keepalive in the kernel: the first probe after this much silence, then every
+/// [`TCP_KEEPALIVE_INTERVAL`], [`TCP_KEEPALIVE_PROBES`] times.
+pub const TCP_KEEPALIVE_IDLE: Duration = Duration::from_secs(15);
+pub const TCP_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+pub const TCP_KEEPALIVE_PROBES: u32 = 3;
+/// Data (or a keepalive probe) the server has not acknowledged for this long closes the
+/// connection in the kernel (TCP_USER_TIMEOUT): a dead peer is noticed in at most ~30 s
+/// whether the connection is busy or quiet, with no wake-up of ours.
+pub const TCP_USER_TIMEOUT: Duration = Duration::from_secs(20);
 /// A server `Date` further than this from the local clock is reported: beyond it,
 /// fresh certificates look not-yet-valid and rotation deadlines land at the wrong time.
 pub const CLOCK_SKEW_WARNING: Duration = Duration::from_secs(30);
@@ -43,6 +54,7 @@ pub struct ClientOptions {
     pub request_timeout: Duration,
     pub connect_timeout: Duration,
     pub max_body: usize,
+    pub liveness: Liveness,
 }
 
 impl Default for ClientOptions {
@@ -51,8 +63,25 @@ impl Default for ClientOptions {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             max_body: DEFAULT_MAX_BODY,
+            liveness: Liveness::Pings,
         }
     }
+}
+
+/// How a pooled connection that may have died is noticed. TCP keepalive and
+/// `TCP_USER_TIMEOUT` run in the kernel under both.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Liveness {
+    /// HTTP/2 PINGs after [`H2_KEEPALIVE_INTERVAL`] without a frame from the server, and
+    /// idle connections closed after 90 s: for clients with long quiet stretches (watches,
+    /// bootstrap, rotation).
+    Pings,
+    /// The caller's own requests are the probe: a client that sends a bounded request
+    /// every few seconds and replaces the connection when one goes unanswered (the Lease
+    /// loop). hyper's PING timer re-arms from the last read, so with a request every 10 s
+    /// it fires every period without ever sending a PING — three wake-ups per renewal for
+    /// nothing — and the pool's idle sweep is a timer too. Neither runs here.
+    Traffic,
 }
 
 /// Who we are to the API server, as logged (never the secret part).
@@ -129,8 +158,17 @@ impl ApiClient {
     /// The same identity over a new connection pool: drops connections that may be dead
     /// (a half-open HTTP/2 connection must not eat the Lease grace period).
     pub fn reconnect(&self) -> Result<Self, Error> {
+        self.with_liveness(self.inner.opts.liveness)
+    }
+
+    /// The same identity over a new connection pool of its own, with `liveness`.
+    pub fn with_liveness(&self, liveness: Liveness) -> Result<Self, Error> {
         let i = &self.inner;
-        let http = build_http(i.tls.clone(), &i.opts).map_err(|e| Error::Setup {
+        let opts = ClientOptions {
+            liveness,
+            ..i.opts.clone()
+        };
+        let http = build_http(i.tls.clone(), &opts).map_err(|e| Error::Setup {
             server: i.server.clone(),
             reason: e.to_string(),
         })?;
@@ -141,7 +179,7 @@ impl ApiClient {
                 server: i.server.clone(),
                 identity: i.identity.clone(),
                 auth_header: i.auth_header.clone(),
-                opts: i.opts.clone(),
+                opts,
                 skew_secs: AtomicI64::new(i.skew_secs.load(Ordering::Relaxed)),
                 skew_reported: AtomicBool::new(i.skew_reported.load(Ordering::Relaxed)),
             }),
@@ -355,19 +393,27 @@ fn skew_secs(server: SystemTime, local: SystemTime) -> i64 {
     }
 }
 
-/// One pooled HTTP client: keep-alive, HTTP/2 PINGs, bounded connect.
+/// One pooled HTTP client: keep-alive, bounded connect, kernel TCP keepalive, and the
+/// HTTP/2 PINGs and idle sweep that `opts.liveness` asks for.
 fn build_http(tls: rustls::ClientConfig, opts: &ClientOptions) -> reqwest::Result<reqwest::Client> {
-    reqwest::Client::builder()
+    let builder = reqwest::Client::builder()
         .use_preconfigured_tls(tls)
         .connect_timeout(opts.connect_timeout)
-        .pool_idle_timeout(Duration::from_secs(90))
         .pool_max_idle_per_host(2)
-        .http2_keep_alive_interval(H2_KEEPALIVE_INTERVAL)
-        .http2_keep_alive_timeout(Duration::from_secs(10))
-        .http2_keep_alive_while_idle(true)
-        .tcp_keepalive(Duration::from_secs(30))
-        .user_agent(concat!("bootlet/", env!("CARGO_PKG_VERSION")))
-        .build()
+        .tcp_keepalive(TCP_KEEPALIVE_IDLE)
+        .tcp_keepalive_interval(TCP_KEEPALIVE_INTERVAL)
+        .tcp_keepalive_retries(TCP_KEEPALIVE_PROBES)
+        .tcp_user_timeout(TCP_USER_TIMEOUT)
+        .user_agent(concat!("bootlet/", env!("CARGO_PKG_VERSION")));
+    match opts.liveness {
+        Liveness::Pings => builder
+            .pool_idle_timeout(Duration::from_secs(90))
+            .http2_keep_alive_interval(H2_KEEPALIVE_INTERVAL)
+            .http2_keep_alive_timeout(H2_KEEPALIVE_TIMEOUT)
+            .http2_keep_alive_while_idle(true),
+        Liveness::Traffic => builder.pool_idle_timeout(None),
+    }
+    .build()
 }
 
 /// Run `op` until it succeeds or fails in a way retrying cannot fix. Transport errors,
@@ -400,6 +446,40 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_client_with_its_own_liveness_keeps_identity_and_settings() {
+        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = params.self_signed(&key).unwrap().pem();
+        let opts = ClientOptions {
+            request_timeout: Duration::from_secs(3),
+            ..ClientOptions::default()
+        };
+        let shared = ApiClient::new(
+            "https://127.0.0.1:6443/",
+            ca.as_bytes(),
+            &Credential::None,
+            opts,
+        )
+        .unwrap();
+        assert_eq!(shared.inner.opts.liveness, Liveness::Pings);
+
+        let own = shared.with_liveness(Liveness::Traffic).unwrap();
+        assert_eq!(own.inner.opts.liveness, Liveness::Traffic);
+        assert_eq!(own.inner.opts.request_timeout, Duration::from_secs(3));
+        assert_eq!(own.identity(), shared.identity());
+        assert_eq!(own.server(), "https://127.0.0.1:6443");
+        assert!(!Arc::ptr_eq(&own.inner, &shared.inner), "a pool of its own");
+        // Reconnecting (after a dead connection) keeps the liveness it was given.
+        let again = own.reconnect().unwrap();
+        assert_eq!(again.inner.opts.liveness, Liveness::Traffic);
+        assert_eq!(
+            shared.reconnect().unwrap().inner.opts.liveness,
+            Liveness::Pings
+        );
+    }
 
     #[test]
     fn http_dates_and_skew() {
