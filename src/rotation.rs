@@ -218,9 +218,10 @@ impl Rotation<'_> {
     }
 
     /// A `kubelet-client-current.pem` someone else installed, if it is valid for us.
-    /// `seen` fingerprints the file's text at the last look (no second copy of the key
-    /// is kept): an unchanged file is not parsed and verified again, which would cost an
-    /// EC point multiplication every minute.
+    /// `seen` fingerprints the file's text once it has been judged valid (no second copy
+    /// of the key is kept): an unchanged valid file is not parsed and verified again, which
+    /// would cost an EC point multiplication every minute. An invalid one (say, not valid
+    /// yet by our clock) is looked at again next time.
     fn adopt_outside_change(
         &self,
         dir: &CertDir,
@@ -233,7 +234,7 @@ impl Rotation<'_> {
             .chain_update(key_pem.as_str())
             .finalize()
             .into();
-        if seen.replace(fingerprint) == Some(fingerprint) {
+        if *seen == Some(fingerprint) {
             return None;
         }
         let Installed {
@@ -241,6 +242,7 @@ impl Rotation<'_> {
             key_pem,
             info,
         } = check_installed(chain_pem, key_pem, &self.settings.node_name, &creds.ca_pem).ok()?;
+        *seen = Some(fingerprint);
         if info.serial == creds.cert.serial {
             return None;
         }
