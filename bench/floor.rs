@@ -40,14 +40,7 @@ fn pace() -> Pace {
 /// This thread's (CPU nanoseconds, times scheduled in).
 fn thread_sched() -> (u64, u64) {
     let s = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
-    let f: Vec<u64> = s
-        .split_whitespace()
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    (
-        f.first().copied().unwrap_or(0),
-        f.get(2).copied().unwrap_or(0),
-    )
+    testplane::sched::schedstat(&s)
 }
 
 /// CPU ms and wake-ups per round since `from`.

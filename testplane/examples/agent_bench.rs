@@ -85,16 +85,7 @@ fn cpu_ns(pid: u32) -> (u64, u64) {
     };
     tasks
         .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
-        .map(|s| {
-            let f: Vec<u64> = s
-                .split_whitespace()
-                .filter_map(|v| v.parse().ok())
-                .collect();
-            (
-                f.first().copied().unwrap_or(0),
-                f.get(2).copied().unwrap_or(0),
-            )
-        })
+        .map(|s| testplane::sched::schedstat(&s))
         .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
 }
 

@@ -28,6 +28,7 @@ mod faults;
 mod kubeconfig;
 pub mod pki;
 pub mod rbac;
+pub mod sched;
 mod server;
 pub mod store;
 
