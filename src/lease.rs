@@ -11,7 +11,8 @@ use rand::Rng;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::apiserver::{self, ApiClient, Liveness};
+use crate::apiserver::conn::Connection;
+use crate::apiserver::{self, ApiClient};
 use crate::backoff::Backoff;
 use crate::config::Settings;
 use crate::error::report;
@@ -101,21 +102,19 @@ impl RenewError {
     }
 }
 
-/// The Lease loop's own connection for `shared`'s identity. Its renewals are its liveness
-/// check (each one bounded by [`attempt_budget`]; no answer → a fresh connection at once),
-/// so it runs without hyper's PING timer, which would wake the process three times per
-/// renewal without ever sending a PING while renewals flow. Quiet stretches (a paused
-/// loop) are covered by TCP keepalive in the kernel.
-fn own_connection(shared: &ApiClient) -> ApiClient {
-    shared.with_liveness(Liveness::Traffic).unwrap_or_else(|e| {
-        tracing::warn!(error = %report(&e), "lease: cannot open a connection of its own; sharing the agent's");
-        shared.clone()
-    })
+/// The Lease loop's own connection for `shared`'s identity ([`Connection`]: HTTP/1.1, no
+/// pool, no timers). Its renewals are its liveness check: each one is bounded by
+/// [`attempt_budget`], and an exchange that does not complete leaves no connection behind,
+/// so the next renewal opens a fresh one at once. Quiet stretches (a paused loop) are
+/// covered by TCP keepalive in the kernel.
+fn own_connection(shared: &ApiClient) -> Connection {
+    Connection::new(shared)
 }
 
-/// How long one period's renewal may take: until just before the next slot.
-fn attempt_budget(interval: Duration) -> Duration {
-    interval - (interval / 20).min(ABANDON_BEFORE_NEXT)
+/// How long one period's renewal may take: until just before the next slot, and never
+/// longer than the API client's request timeout (10 s), which no request may outlive.
+fn attempt_budget(interval: Duration, request_timeout: Duration) -> Duration {
+    (interval - (interval / 20).min(ABANDON_BEFORE_NEXT)).min(request_timeout)
 }
 
 /// Mutable state of the loop between renewals.
@@ -161,7 +160,7 @@ impl LeaseLoop {
         let mut war = Backoff::new(interval, MAX_WAR_BACKOFF.max(interval), 0.2)
             .expect("interval is positive and below the cap");
         let mut war_until: Option<Instant> = None;
-        let mut client = own_connection(&clients.borrow_and_update());
+        let mut conn = own_connection(&clients.borrow_and_update());
         let phase: f64 = rand::rng().random();
         let mut ticker = Ticker::new();
         loop {
@@ -181,8 +180,8 @@ impl LeaseLoop {
             }
             health.beat(TASK, ATTEMPT_BOUND + interval);
             if clients.has_changed().unwrap_or(false) {
-                client = own_connection(&clients.borrow_and_update());
-                tracing::info!(identity = %client.identity(), "lease: switched to the new credentials");
+                conn = own_connection(&clients.borrow_and_update());
+                tracing::info!(identity = %conn.identity(), "lease: switched to the new credentials");
             }
             // The next slot after now: slots missed by a slow renewal are skipped, not burst.
             let origin = due(start, 0, interval, phase);
@@ -195,15 +194,16 @@ impl LeaseLoop {
             if war_until.is_some_and(|until| Instant::now() < until) {
                 continue;
             }
-            let budget = attempt_budget(interval);
-            let attempt =
-                tokio::time::timeout_at(at + budget, r.renew_in_period(&client, at + interval));
-            let result = attempt.await.unwrap_or_else(|_| {
-                Err(RenewError::NoAnswer {
+            // Bounded on the loop's own timerfd (re-armed for the next slot right after), so
+            // a renewal arms no timer in the runtime.
+            let budget = attempt_budget(interval, conn.request_timeout());
+            let result = tokio::select! {
+                result = r.renew_in_period(&mut conn, at + interval) => result,
+                () = ticker.sleep_until(at + budget) => Err(RenewError::NoAnswer {
                     node: r.cfg.node.clone(),
                     within: budget,
-                })
-            });
+                }),
+            };
             match result {
                 Ok(()) => {
                     if war_until.take().is_some() {
@@ -245,12 +245,7 @@ impl LeaseLoop {
                     // looks like: drop it now, as the kubelet closes its connections after
                     // a failed heartbeat. Errors the server answered get a second period.
                     if e.is_no_answer() || failed_periods >= RECONNECT_AFTER {
-                        match client.reconnect() {
-                            Ok(fresh) => client = fresh,
-                            Err(e) => {
-                                tracing::warn!(error = %report(&e), "lease: cannot rebuild the connection pool")
-                            }
-                        }
+                        conn.reset();
                     }
                 }
             }
@@ -284,7 +279,7 @@ impl Renewer {
     /// One renewal with quick retries, all before `deadline` (the next period).
     async fn renew_in_period(
         &mut self,
-        client: &ApiClient,
+        conn: &mut Connection,
         deadline: Instant,
     ) -> Result<(), RenewError> {
         // Retries stay well inside one period: from interval/20 (at most 100 ms) up to interval/4.
@@ -295,7 +290,7 @@ impl Renewer {
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match self.renew(client).await {
+            match self.renew(conn).await {
                 Ok(()) => return Ok(()),
                 Err(RenewError::Api { source, node })
                     if source.is_retryable() && attempt < RETRIES_PER_PERIOD =>
@@ -313,15 +308,15 @@ impl Renewer {
     }
 
     /// One renewal: PUT the cached Lease; create on 404; re-read and retry once on 409.
-    async fn renew(&mut self, client: &ApiClient) -> Result<(), RenewError> {
-        self.lookup_owner(client).await;
+    async fn renew(&mut self, conn: &mut Connection) -> Result<(), RenewError> {
+        self.lookup_owner(conn).await;
         let path = self.cfg.path();
         let api = |source| RenewError::Api {
             node: self.cfg.node.clone(),
             source,
         };
         if self.cached.is_none() {
-            match client.get::<Lease>(&path).await {
+            match conn.get::<Lease>(&path).await {
                 Ok(lease) => self.cached = Some(lease),
                 Err(e) if e.is_not_found() => {}
                 Err(e) => return Err(api(e)),
@@ -337,11 +332,11 @@ impl Renewer {
                 self.owner.as_ref(),
             );
             let result = match &self.cached {
-                Some(_) => client.replace::<_, Lease>(&path, &want).await,
+                Some(_) => conn.replace::<_, Lease>(&path, &want).await,
                 None => {
                     let list =
                         format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases");
-                    client.create::<_, Lease>(&list, &want).await
+                    conn.create::<_, Lease>(&list, &want).await
                 }
             };
             match result {
@@ -353,7 +348,7 @@ impl Renewer {
                 }
                 Err(e) if e.is_not_found() => self.cached = None,
                 Err(e) if e.code() == Some(409) => {
-                    let current: Lease = client.get(&path).await.map_err(api)?;
+                    let current: Lease = conn.get(&path).await.map_err(api)?;
                     if self.renewed_by_someone_else(&current) {
                         self.foreign += 1;
                         if self.foreign >= FOREIGN_STREAK {
@@ -384,12 +379,12 @@ impl Renewer {
     }
 
     /// Look the Node up now and then (never on every renewal) until it exists.
-    async fn lookup_owner(&mut self, client: &ApiClient) {
+    async fn lookup_owner(&mut self, conn: &mut Connection) {
         if self.owner.is_some() || Instant::now() < self.next_owner_lookup {
             return;
         }
         self.next_owner_lookup = Instant::now() + self.cfg.owner_lookup;
-        match client
+        match conn
             .get::<Node>(&format!("/api/v1/nodes/{}", self.cfg.node))
             .await
         {

@@ -2,15 +2,20 @@
 //! RELOADING=1 and STOPPING=1 over `NOTIFY_SOCKET`. A no-op without `NOTIFY_SOCKET`. It
 //! decides nothing about the agent's state; it only reports it (and withholds pings).
 
+use std::fmt::Write as _;
+use std::os::unix::net::UnixDatagram;
+use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use sd_notify::NotifyState;
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::Instant;
 
 use crate::health::{self, Health, Stalled};
 use crate::shutdown::Shutdown;
+use crate::ticker::Ticker;
 
-/// How often STATUS= is refreshed when nothing changed (its "renewed 2s ago" ages).
+/// How often STATUS= is refreshed while it shows an age ("failing for 25s", "waiting for
+/// approval … for 3m12s"); a line that does not age is sent only when it changes.
 const STATUS_REFRESH: Duration = Duration::from_secs(5);
 
 /// The ping period for a `WATCHDOG_USEC` of `usec`: half of it, as sd_watchdog_enabled(3)
@@ -19,35 +24,53 @@ pub fn watchdog_period(usec: Duration) -> Duration {
     (usec / 2).max(Duration::from_millis(1))
 }
 
-/// Follow `health` until shutdown: STATUS= on every change and periodically, READY=1 once,
-/// and — when systemd set `WATCHDOG_USEC` for us — WATCHDOG=1 every half period while no
-/// loop is past its heartbeat deadline ([`Health::stalled`]). Without `NOTIFY_SOCKET`
-/// nobody listens: it only logs readiness once and then sleeps until shutdown, so a
-/// renewal costs no status line.
+/// Follow `health` until shutdown: STATUS= when the line changes (and every
+/// [`STATUS_REFRESH`] while it shows an age), READY=1 once, and — when systemd set
+/// `WATCHDOG_USEC` for us — WATCHDOG=1 at least every half period while no loop is past its
+/// heartbeat deadline ([`Health::stalled`]).
+///
+/// It adds no wake-up of its own while the agent is healthy: it runs when a loop reports
+/// (every Lease renewal does), and pings then if half a ping period has passed, in the same
+/// datagram as the status line; only when nothing reported for a whole ping period does a
+/// `timerfd` wake it to ping (or withhold the ping). Without `NOTIFY_SOCKET` nobody
+/// listens: it only logs readiness once and then sleeps until shutdown.
 pub async fn run(health: Health, mut shutdown: Shutdown) {
     let listening = std::env::var_os("NOTIFY_SOCKET").is_some();
     let mut snapshots = health.subscribe();
     let mut watchdog = sd_notify::watchdog_enabled().map(|usec| {
         let period = watchdog_period(usec);
         tracing::debug!(period = ?period, "systemd watchdog enabled");
-        let mut tick = tokio::time::interval(period);
-        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        tick
+        Watchdog::new(period)
     });
     let mut ready_sent = false;
     let mut last_status = String::new();
-    let mut stalled_logged: Option<&'static str> = None;
     loop {
         let snap = snapshots.borrow_and_update().clone();
-        if listening {
-            let status = snap.status_line(SystemTime::now());
-            if status != last_status {
-                send(&[NotifyState::Status(&status)]);
-                last_status = status;
+        let now = SystemTime::now();
+        let status = listening.then(|| snap.status_line(now));
+        let ages = status
+            .as_ref()
+            .is_some_and(|line| *line != snap.status_line(now + STATUS_REFRESH));
+        let mut states = Vec::new();
+        if let Some(line) = status.as_deref().filter(|line| *line != last_status) {
+            states.push(NotifyState::Status(line));
+        }
+        let ready_now = !ready_sent && snap.ready();
+        if ready_now {
+            states.push(NotifyState::Ready);
+        }
+        if let Some(w) = &mut watchdog {
+            if w.due(Instant::now()) && w.ping_unless_stalled(&health) {
+                states.push(NotifyState::Watchdog);
             }
         }
-        if !ready_sent && snap.ready() {
-            send(&[NotifyState::Ready]);
+        if !states.is_empty() {
+            send(&states);
+        }
+        if let Some(line) = status {
+            last_status = line;
+        }
+        if ready_now {
             tracing::info!(
                 "ready: client certificate in place{}",
                 if snap.lease.enabled {
@@ -64,41 +87,70 @@ pub async fn run(health: Health, mut shutdown: Shutdown) {
         }
         tokio::select! {
             changed = snapshots.changed() => if changed.is_err() { return },
-            () = tokio::time::sleep(STATUS_REFRESH), if listening => {}
-            Some(_) = tick(&mut watchdog) => {
-                ping_unless_stalled(&health, &mut stalled_logged);
-            }
+            () = tokio::time::sleep(STATUS_REFRESH), if ages => {}
+            () = deadline(&mut watchdog) => {}
             () = shutdown.requested() => return,
         }
     }
 }
 
-/// The next watchdog tick, or never when the watchdog is off.
-async fn tick(watchdog: &mut Option<tokio::time::Interval>) -> Option<Instant> {
-    match watchdog {
-        Some(interval) => Some(interval.tick().await),
-        None => std::future::pending().await,
+/// The watchdog's own schedule: pings ride on the wake-ups the loops cause anyway, and a
+/// timerfd armed for the latest moment a ping may come is the fallback.
+struct Watchdog {
+    period: Duration,
+    /// The next ping is owed by then (one period after the last ping or withheld ping).
+    owed_by: Instant,
+    ticker: Ticker,
+    /// The loop whose stall is withholding pings, logged once.
+    stalled: Option<&'static str>,
+}
+
+impl Watchdog {
+    fn new(period: Duration) -> Self {
+        Self {
+            period,
+            owed_by: Instant::now(),
+            ticker: Ticker::new(),
+            stalled: None,
+        }
+    }
+
+    /// Half a period since the last ping: ping on this wake-up rather than wake up later.
+    fn due(&self, now: Instant) -> bool {
+        now + self.period / 2 >= self.owed_by
+    }
+
+    /// Whether to send WATCHDOG=1 now: yes unless a loop is wedged; then log it once and
+    /// withhold pings so systemd restarts us. Either way the next one is owed a period on.
+    fn ping_unless_stalled(&mut self, health: &Health) -> bool {
+        let now = Instant::now();
+        self.owed_by = now + self.period;
+        match health.stalled(now) {
+            None => {
+                if let Some(task) = self.stalled.take() {
+                    tracing::info!(task, "the loop made progress again; watchdog pings resumed");
+                }
+                true
+            }
+            Some(Stalled { task, overdue }) => {
+                if self.stalled.replace(task) != Some(task) {
+                    tracing::error!(
+                        task,
+                        overdue = %health::human(overdue),
+                        "the {task} loop has made no progress past its deadline; withholding watchdog pings so systemd restarts the agent"
+                    );
+                }
+                false
+            }
+        }
     }
 }
 
-/// WATCHDOG=1, unless a loop is wedged: then log it once and let systemd restart us.
-fn ping_unless_stalled(health: &Health, logged: &mut Option<&'static str>) {
-    match health.stalled(Instant::now()) {
-        None => {
-            if let Some(task) = logged.take() {
-                tracing::info!(task, "the loop made progress again; watchdog pings resumed");
-            }
-            send(&[NotifyState::Watchdog]);
-        }
-        Some(Stalled { task, overdue }) => {
-            if logged.replace(task) != Some(task) {
-                tracing::error!(
-                    task,
-                    overdue = %health::human(overdue),
-                    "the {task} loop has made no progress past its deadline; withholding watchdog pings so systemd restarts the agent"
-                );
-            }
-        }
+/// When the watchdog needs this task at the latest, or never when it is off.
+async fn deadline(watchdog: &mut Option<Watchdog>) {
+    match watchdog {
+        Some(w) => w.ticker.sleep_until(w.owed_by).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -135,10 +187,56 @@ pub fn stopping(why: &str) {
     send(&[NotifyState::Stopping, NotifyState::Status(&status)]);
 }
 
+/// One datagram with `states` (formatted by sd-notify's `NotifyState`) on a socket
+/// connected once to `NOTIFY_SOCKET` and kept: `sd_notify::notify` opens, connects and
+/// closes a socket per message, which is most of a watchdog ping's cost when one rides on
+/// every Lease renewal. A failed send reconnects once (systemd re-created the socket).
+/// Paths and abstract names (`@…`) both work; without `NOTIFY_SOCKET` this does nothing.
 fn send(states: &[NotifyState<'_>]) {
-    if let Err(e) = sd_notify::notify(states) {
-        tracing::debug!(error = %e, "sd_notify failed");
+    static SOCKET: Mutex<Option<UnixDatagram>> = Mutex::new(None);
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let mut msg = String::new();
+    for state in states {
+        let _ = writeln!(msg, "{state}");
     }
+    let mut socket = SOCKET.lock().unwrap_or_else(|e| e.into_inner());
+    for attempt in 0..2 {
+        let sent = match socket.as_ref() {
+            Some(s) => s.send(msg.as_bytes()),
+            None => connect(&path)
+                .and_then(|s| s.send(msg.as_bytes()).map(|n| (s, n)))
+                .map(|(s, n)| {
+                    *socket = Some(s);
+                    n
+                }),
+        };
+        match sent {
+            Ok(_) => return,
+            Err(e) if attempt == 0 && socket.is_some() => {
+                tracing::debug!(error = %e, "notify socket send failed; reconnecting");
+                *socket = None;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "sd_notify failed");
+                return;
+            }
+        }
+    }
+}
+
+fn connect(path: &std::ffi::OsStr) -> std::io::Result<UnixDatagram> {
+    use std::os::unix::ffi::OsStrExt;
+    let socket = UnixDatagram::unbound()?;
+    match path.as_bytes().strip_prefix(b"@") {
+        Some(name) => {
+            use std::os::linux::net::SocketAddrExt;
+            socket.connect_addr(&std::os::unix::net::SocketAddr::from_abstract_name(name)?)?
+        }
+        None => socket.connect(path)?,
+    }
+    Ok(socket)
 }
 
 #[cfg(test)]
@@ -160,15 +258,29 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_stalled_loop_is_logged_once_and_a_recovery_resumes() {
         let health = Health::new(true);
-        let mut logged = None;
+        let mut w = Watchdog::new(Duration::from_secs(10));
         health.beat("lease", Duration::from_secs(1));
-        ping_unless_stalled(&health, &mut logged);
-        assert_eq!(logged, None);
+        assert!(w.ping_unless_stalled(&health));
+        assert_eq!(w.stalled, None);
         tokio::time::advance(Duration::from_secs(2)).await;
-        ping_unless_stalled(&health, &mut logged);
-        assert_eq!(logged, Some("lease"));
+        assert!(!w.ping_unless_stalled(&health), "pinged for a stalled loop");
+        assert_eq!(w.stalled, Some("lease"));
         health.beat("lease", Duration::from_secs(1));
-        ping_unless_stalled(&health, &mut logged);
-        assert_eq!(logged, None);
+        assert!(w.ping_unless_stalled(&health));
+        assert_eq!(w.stalled, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pings_ride_on_wake_ups_after_half_a_period() {
+        let health = Health::new(true);
+        let mut w = Watchdog::new(Duration::from_secs(10));
+        let start = Instant::now();
+        assert!(w.due(start), "the first ping is due at once");
+        assert!(w.ping_unless_stalled(&health));
+        assert_eq!(w.owed_by, start + Duration::from_secs(10));
+        // A loop reporting 2 s later: too early to ping again.
+        assert!(!w.due(start + Duration::from_secs(2)));
+        // From half a period on, a wake-up pings instead of the fallback timer.
+        assert!(w.due(start + Duration::from_secs(5)));
     }
 }

@@ -119,9 +119,15 @@ async fn cadence_is_exact_with_one_request_per_renewal_over_one_connection() {
         .map(|r| r.conn)
         .collect();
     assert_eq!(conns.len(), 1, "{conns:?}");
+    // Over the Lease loop's own HTTP/1.1 connection (one write per request, no timers).
+    assert!(
+        writes.iter().all(|r| r.version == "HTTP/1.1"),
+        "{:?}",
+        writes.iter().map(|r| &r.version).collect::<Vec<_>>()
+    );
 }
 
-/// The Lease connection has no HTTP/2 PING timer (its renewals are its liveness check), so
+/// The Lease connection has no PING timer (its renewals are its liveness check), so
 /// its quiet stretches are covered by TCP keepalive in the kernel, well under the grace
 /// period: `ss` shows a keepalive timer of at most 15 s on every socket bootlet holds to
 /// the API server between renewals.

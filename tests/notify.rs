@@ -157,7 +157,7 @@ async fn ready_waits_for_the_certificate_and_the_first_lease_then_stopping_exits
 }
 
 #[tokio::test]
-async fn watchdog_pings_at_half_the_period_and_stop_when_the_lease_loop_wedges() {
+async fn watchdog_pings_within_half_the_period_and_stop_when_the_lease_loop_wedges() {
     let tp = plane(Approval::Auto).await;
     let node = NodeDir::new(&tp.bootstrap_kubeconfig());
     let mut notify = NotifySocket::bind();
@@ -169,15 +169,16 @@ async fn watchdog_pings_at_half_the_period_and_stop_when_the_lease_loop_wedges()
         ],
     );
     notify.until("READY=1", |l| l == "READY=1").await;
-    // Five pings while both loops make progress, each about 500 ms after the last.
+    // Five pings while both loops make progress: at most WATCHDOG_USEC/2 = 500 ms apart
+    // (the fallback timer), and no closer than half that (pings that ride on a renewal).
     let mut pings = Vec::new();
     while pings.len() < 5 {
         pings.push(notify.until("WATCHDOG=1", |l| l == "WATCHDOG=1").await.0);
     }
     for gap in pings.windows(2).map(|w| w[1] - w[0]) {
         assert!(
-            gap >= Duration::from_millis(350) && gap <= Duration::from_millis(750),
-            "ping gap {gap:?}; pings every WATCHDOG_USEC/2 = 500ms expected"
+            gap >= Duration::from_millis(200) && gap <= Duration::from_millis(750),
+            "ping gap {gap:?}; pings every 250-500ms expected"
         );
     }
     // The wedge: pings stop, and the agent says why.

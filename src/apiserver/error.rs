@@ -9,6 +9,10 @@ use reqwest::{Method, StatusCode};
 
 use super::Identity;
 
+/// Why an exchange got no answer: reqwest's error for the shared clients, hyper's or the
+/// socket's for the Lease loop's own connection ([`super::conn`]).
+pub type TransportError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// What can go wrong talking to the API server, classified once (STYLE rule 11).
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -20,7 +24,7 @@ pub enum Error {
         path: String,
         identity: Identity,
         #[source]
-        source: reqwest::Error,
+        source: TransportError,
     },
     #[error("{method} {path}: HTTP {code} {reason} as {identity}: {message}{hint}", reason = status.reason.as_deref().unwrap_or(""), message = status.message.as_deref().unwrap_or(""), hint = hint(*code, identity))]
     Api {

@@ -2,6 +2,7 @@
 //! cluster CA, exactly one identity (bootstrap token or client certificate), bounded
 //! requests, and typed errors that keep the API's `Status`. It knows no resource kinds.
 
+pub mod conn;
 mod error;
 pub mod tls;
 pub mod watch;
@@ -22,7 +23,7 @@ use crate::backoff::Backoff;
 use crate::kubeconfig::Credential;
 
 use error::synthetic_status;
-pub use error::Error;
+pub use error::{Error, TransportError};
 
 /// Upper bound on one request/response exchange (not watches): the contract's ≤ 10 s.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -45,6 +46,8 @@ pub const TCP_USER_TIMEOUT: Duration = Duration::from_secs(20);
 /// A server `Date` further than this from the local clock is reported: beyond it,
 /// fresh certificates look not-yet-valid and rotation deadlines land at the wrong time.
 pub const CLOCK_SKEW_WARNING: Duration = Duration::from_secs(30);
+/// What bootlet calls itself in `User-Agent`.
+pub const USER_AGENT: &str = concat!("bootlet/", env!("CARGO_PKG_VERSION"));
 /// Responses bigger than this are refused: our objects are a few KiB.
 pub const DEFAULT_MAX_BODY: usize = 4 << 20;
 
@@ -54,7 +57,6 @@ pub struct ClientOptions {
     pub request_timeout: Duration,
     pub connect_timeout: Duration,
     pub max_body: usize,
-    pub liveness: Liveness,
 }
 
 impl Default for ClientOptions {
@@ -63,25 +65,8 @@ impl Default for ClientOptions {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             max_body: DEFAULT_MAX_BODY,
-            liveness: Liveness::Pings,
         }
     }
-}
-
-/// How a pooled connection that may have died is noticed. TCP keepalive and
-/// `TCP_USER_TIMEOUT` run in the kernel under both.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Liveness {
-    /// HTTP/2 PINGs after [`H2_KEEPALIVE_INTERVAL`] without a frame from the server, and
-    /// idle connections closed after 90 s: for clients with long quiet stretches (watches,
-    /// bootstrap, rotation).
-    Pings,
-    /// The caller's own requests are the probe: a client that sends a bounded request
-    /// every few seconds and replaces the connection when one goes unanswered (the Lease
-    /// loop). hyper's PING timer re-arms from the last read, so with a request every 10 s
-    /// it fires every period without ever sending a PING — three wake-ups per renewal for
-    /// nothing — and the pool's idle sweep is a timer too. Neither runs here.
-    Traffic,
 }
 
 /// Who we are to the API server, as logged (never the secret part).
@@ -155,37 +140,6 @@ impl ApiClient {
         })
     }
 
-    /// The same identity over a new connection pool: drops connections that may be dead
-    /// (a half-open HTTP/2 connection must not eat the Lease grace period).
-    pub fn reconnect(&self) -> Result<Self, Error> {
-        self.with_liveness(self.inner.opts.liveness)
-    }
-
-    /// The same identity over a new connection pool of its own, with `liveness`.
-    pub fn with_liveness(&self, liveness: Liveness) -> Result<Self, Error> {
-        let i = &self.inner;
-        let opts = ClientOptions {
-            liveness,
-            ..i.opts.clone()
-        };
-        let http = build_http(i.tls.clone(), &opts).map_err(|e| Error::Setup {
-            server: i.server.clone(),
-            reason: e.to_string(),
-        })?;
-        Ok(Self {
-            inner: Arc::new(Inner {
-                http,
-                tls: i.tls.clone(),
-                server: i.server.clone(),
-                identity: i.identity.clone(),
-                auth_header: i.auth_header.clone(),
-                opts,
-                skew_secs: AtomicI64::new(i.skew_secs.load(Ordering::Relaxed)),
-                skew_reported: AtomicBool::new(i.skew_reported.load(Ordering::Relaxed)),
-            }),
-        })
-    }
-
     pub fn identity(&self) -> &Identity {
         &self.inner.identity
     }
@@ -224,11 +178,7 @@ impl ApiClient {
         let timeout = self.inner.opts.request_timeout;
         let resp = self.send(method.clone(), path, body, timeout).await?;
         let bytes = self.read_body(&method, path, resp).await?;
-        serde_json::from_slice(&bytes).map_err(|source| Error::Decode {
-            method,
-            path: path.to_string(),
-            source,
-        })
+        decode(method, path, &bytes)
     }
 
     /// Send a request; non-2xx answers become `Error::Api` with the decoded `Status`.
@@ -252,18 +202,14 @@ impl ApiClient {
             .headers(headers)
             .timeout(timeout);
         if let Some(body) = body {
-            let json = serde_json::to_vec(body).map_err(|source| Error::Decode {
-                method: method.clone(),
-                path: path.to_string(),
-                source,
-            })?;
+            let json = encode(&method, path, body)?;
             req = req.header(CONTENT_TYPE, "application/json").body(json);
         }
         tracing::trace!(%method, path, "request");
         let resp = req
             .send()
             .await
-            .map_err(|source| self.transport(&method, path, source))?;
+            .map_err(|source| self.transport(&method, path, source.into()))?;
         let code = resp.status();
         tracing::trace!(%method, path, code = code.as_u16(), "response");
         self.observe_date(resp.headers().get(reqwest::header::DATE));
@@ -302,7 +248,7 @@ impl ApiClient {
         }
     }
 
-    fn transport(&self, method: &Method, path: &str, source: reqwest::Error) -> Error {
+    fn transport(&self, method: &Method, path: &str, source: TransportError) -> Error {
         Error::Transport {
             method: method.clone(),
             path: path.to_string(),
@@ -313,19 +259,27 @@ impl ApiClient {
 
     async fn api_error(&self, method: Method, path: &str, resp: reqwest::Response) -> Error {
         let code = resp.status();
-        let retry_after = resp
-            .headers()
-            .get(RETRY_AFTER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|s| s.trim().parse::<u64>().ok())
-            .map(Duration::from_secs);
-        let status = match self.read_body(&method, path, resp).await {
-            Ok(bytes) => serde_json::from_slice::<Status>(&bytes)
-                .ok()
-                .filter(|s| s.code.is_some() || s.reason.is_some() || s.message.is_some())
-                .unwrap_or_else(|| synthetic_status(code, &bytes)),
-            Err(_) => synthetic_status(code, b""),
-        };
+        let retry_after = retry_after(resp.headers());
+        let body = self
+            .read_body(&method, path, resp)
+            .await
+            .unwrap_or_default();
+        self.refusal(method, path, code, retry_after, &body)
+    }
+
+    /// A non-2xx answer as `Error::Api`, keeping the server's `Status` (or making one).
+    fn refusal(
+        &self,
+        method: Method,
+        path: &str,
+        code: reqwest::StatusCode,
+        retry_after: Option<Duration>,
+        body: &[u8],
+    ) -> Error {
+        let status = serde_json::from_slice::<Status>(body)
+            .ok()
+            .filter(|s| s.code.is_some() || s.reason.is_some() || s.message.is_some())
+            .unwrap_or_else(|| synthetic_status(code, body));
         Error::Api {
             method,
             path: path.to_string(),
@@ -354,7 +308,7 @@ impl ApiClient {
         let mut out = Vec::new();
         let mut chunks = resp.bytes_stream();
         while let Some(chunk) = chunks.next().await {
-            let chunk = chunk.map_err(|source| self.transport(method, path, source))?;
+            let chunk = chunk.map_err(|source| self.transport(method, path, source.into()))?;
             if out.len() + chunk.len() > limit {
                 return Err(Error::TooLarge {
                     method: method.clone(),
@@ -377,6 +331,33 @@ impl ApiClient {
     }
 }
 
+/// A request body as JSON.
+fn encode<B: Serialize>(method: &Method, path: &str, body: &B) -> Result<Vec<u8>, Error> {
+    serde_json::to_vec(body).map_err(|source| Error::Decode {
+        method: method.clone(),
+        path: path.to_string(),
+        source,
+    })
+}
+
+/// A 2xx body as `T`.
+fn decode<T: DeserializeOwned>(method: Method, path: &str, bytes: &[u8]) -> Result<T, Error> {
+    serde_json::from_slice(bytes).map_err(|source| Error::Decode {
+        method,
+        path: path.to_string(),
+        source,
+    })
+}
+
+/// `Retry-After` in seconds (the API server never sends the date form).
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    headers
+        .get(RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .map(Duration::from_secs)
+}
+
 /// An HTTP `Date` (`Mon, 30 Nov 2026 21:13:00 GMT`).
 fn parse_http_date(text: &str) -> Option<SystemTime> {
     let ts = jiff::fmt::rfc2822::DateTimeParser::new()
@@ -393,27 +374,25 @@ fn skew_secs(server: SystemTime, local: SystemTime) -> i64 {
     }
 }
 
-/// One pooled HTTP client: keep-alive, bounded connect, kernel TCP keepalive, and the
-/// HTTP/2 PINGs and idle sweep that `opts.liveness` asks for.
+/// One pooled HTTP client: keep-alive, bounded connect, kernel TCP keepalive, HTTP/2
+/// PINGs after [`H2_KEEPALIVE_INTERVAL`] without a frame from the server, and idle
+/// connections closed after 90 s. (The Lease loop has a connection of its own without
+/// any of these timers: [`conn::Connection`].)
 fn build_http(tls: rustls::ClientConfig, opts: &ClientOptions) -> reqwest::Result<reqwest::Client> {
-    let builder = reqwest::Client::builder()
+    reqwest::Client::builder()
         .use_preconfigured_tls(tls)
         .connect_timeout(opts.connect_timeout)
         .pool_max_idle_per_host(2)
+        .pool_idle_timeout(Duration::from_secs(90))
+        .http2_keep_alive_interval(H2_KEEPALIVE_INTERVAL)
+        .http2_keep_alive_timeout(H2_KEEPALIVE_TIMEOUT)
+        .http2_keep_alive_while_idle(true)
         .tcp_keepalive(TCP_KEEPALIVE_IDLE)
         .tcp_keepalive_interval(TCP_KEEPALIVE_INTERVAL)
         .tcp_keepalive_retries(TCP_KEEPALIVE_PROBES)
         .tcp_user_timeout(TCP_USER_TIMEOUT)
-        .user_agent(concat!("bootlet/", env!("CARGO_PKG_VERSION")));
-    match opts.liveness {
-        Liveness::Pings => builder
-            .pool_idle_timeout(Duration::from_secs(90))
-            .http2_keep_alive_interval(H2_KEEPALIVE_INTERVAL)
-            .http2_keep_alive_timeout(H2_KEEPALIVE_TIMEOUT)
-            .http2_keep_alive_while_idle(true),
-        Liveness::Traffic => builder.pool_idle_timeout(None),
-    }
-    .build()
+        .user_agent(USER_AGENT)
+        .build()
 }
 
 /// Run `op` until it succeeds or fails in a way retrying cannot fix. Transport errors,
@@ -446,40 +425,6 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_client_with_its_own_liveness_keeps_identity_and_settings() {
-        let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        let ca = params.self_signed(&key).unwrap().pem();
-        let opts = ClientOptions {
-            request_timeout: Duration::from_secs(3),
-            ..ClientOptions::default()
-        };
-        let shared = ApiClient::new(
-            "https://127.0.0.1:6443/",
-            ca.as_bytes(),
-            &Credential::None,
-            opts,
-        )
-        .unwrap();
-        assert_eq!(shared.inner.opts.liveness, Liveness::Pings);
-
-        let own = shared.with_liveness(Liveness::Traffic).unwrap();
-        assert_eq!(own.inner.opts.liveness, Liveness::Traffic);
-        assert_eq!(own.inner.opts.request_timeout, Duration::from_secs(3));
-        assert_eq!(own.identity(), shared.identity());
-        assert_eq!(own.server(), "https://127.0.0.1:6443");
-        assert!(!Arc::ptr_eq(&own.inner, &shared.inner), "a pool of its own");
-        // Reconnecting (after a dead connection) keeps the liveness it was given.
-        let again = own.reconnect().unwrap();
-        assert_eq!(again.inner.opts.liveness, Liveness::Traffic);
-        assert_eq!(
-            shared.reconnect().unwrap().inner.opts.liveness,
-            Liveness::Pings
-        );
-    }
 
     #[test]
     fn http_dates_and_skew() {

@@ -78,7 +78,7 @@ impl<T: DeserializeOwned> EventStream<T> {
                         method: Method::GET,
                         path: self.path.clone(),
                         identity: self.client.identity().clone(),
-                        source,
+                        source: source.into(),
                     });
                 }
                 Ok(Some(Ok(chunk))) => self.buf.extend_from_slice(&chunk),

@@ -39,7 +39,7 @@ fn node(tp: &TestPlane) -> Node {
     Node { _tmp: tmp, dir }
 }
 
-fn spawn(node: &Node, name: &str, extra: &[&str]) -> Child {
+fn spawn(node: &Node, name: &str, extra: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Child {
     let d = |f: &str| node.dir.join(f).to_string_lossy().into_owned();
     Command::new(bootlet_bin())
         .args([
@@ -58,6 +58,7 @@ fn spawn(node: &Node, name: &str, extra: &[&str]) -> Child {
             "off",
         ])
         .args(extra)
+        .envs(env.iter().copied())
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -97,6 +98,7 @@ async fn bootstrap_once(tp: &TestPlane, run: u64) -> (Duration, u64) {
         &node,
         &format!("bench-boot-{run}"),
         &["--renew-lease=false"],
+        &[],
     );
     let pid = child.id().expect("pid");
     let mut hwm = 0;
@@ -161,6 +163,18 @@ async fn main() {
     let mut events = tp.events();
     let interval = format!("{interval_ms}ms");
     let duration = format!("{}s", (interval_ms * 4 / 1000).max(2));
+    // As systemd runs it (bench/agent.sh's default): a notify socket that counts what
+    // bootlet sends, and the unit's WatchdogSec=30s. UNDER_SYSTEMD=0 runs it bare.
+    let systemd = env_u64("UNDER_SYSTEMD", 1) == 1;
+    let notify = systemd.then(|| Notify::bind(&node.dir));
+    // WATCHDOG_USEC as the unit sets it (WatchdogSec=30s); at a short LEASE_INTERVAL_MS,
+    // scale it (e.g. 2000000 at 1000 ms) to keep one ping per renewal as at 10 s.
+    let watchdog_usec = std::ffi::OsString::from(env_u64("WATCHDOG_USEC", 30_000_000).to_string());
+    let mut env = Vec::new();
+    if let Some(n) = &notify {
+        env.push(("NOTIFY_SOCKET", n.path.as_os_str()));
+        env.push(("WATCHDOG_USEC", watchdog_usec.as_os_str()));
+    }
     let mut child = spawn(
         &node,
         name,
@@ -170,6 +184,7 @@ async fn main() {
             "--lease-duration",
             &duration,
         ],
+        &env,
     );
     let pid = child.id().expect("pid");
     // Wait for the first renewal, then measure the steady state from there.
@@ -186,6 +201,7 @@ async fn main() {
     }
     let t0 = SystemTime::now();
     let cpu0 = cpu_ns(pid);
+    let sent0 = notify.as_ref().map(Notify::counts);
     let mut rss_max = 0;
     let end = tokio::time::Instant::now() + Duration::from_secs(secs);
     while tokio::time::Instant::now() < end {
@@ -194,6 +210,7 @@ async fn main() {
     }
     let (cpu1, wakes1) = cpu_ns(pid);
     let (cpu, wakes) = (cpu1 - cpu0.0, wakes1 - cpu0.1);
+    let sent = notify.as_ref().map(Notify::counts);
     let _ = child.kill().await;
 
     let user = format!("system:node:{name}");
@@ -253,5 +270,55 @@ async fn main() {
         wakes as f64 / n as f64,
         rss_max as f64 / 1024.0
     );
+    match (sent0, sent) {
+        (Some(a), Some(b)) => println!(
+            "lease: under systemd (NOTIFY_SOCKET, WATCHDOG_USEC={}): {} datagrams to the notify socket, {} STATUS= and {} WATCHDOG=1 ({:.2} datagrams per renewal)",
+            watchdog_usec.to_string_lossy(),
+            b.datagrams - a.datagrams,
+            b.status - a.status,
+            b.watchdog - a.watchdog,
+            (b.datagrams - a.datagrams) as f64 / n as f64
+        ),
+        _ => println!("lease: run without NOTIFY_SOCKET/WATCHDOG_USEC (UNDER_SYSTEMD=0)"),
+    }
     tp.shutdown().await;
+}
+
+/// A stand-in for systemd's notify socket: counts datagrams and the states in them.
+struct Notify {
+    path: PathBuf,
+    counts: std::sync::Arc<std::sync::Mutex<Sent>>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Sent {
+    datagrams: u64,
+    status: u64,
+    watchdog: u64,
+}
+
+impl Notify {
+    fn bind(dir: &Path) -> Notify {
+        let path = dir.join("notify.sock");
+        let socket = tokio::net::UnixDatagram::bind(&path).expect("bind the notify socket");
+        let counts = std::sync::Arc::new(std::sync::Mutex::new(Sent::default()));
+        let tally = counts.clone();
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 64 * 1024];
+            while let Ok(n) = socket.recv(&mut buf).await {
+                let text = String::from_utf8_lossy(&buf[..n]);
+                let mut c = tally.lock().unwrap_or_else(|e| e.into_inner());
+                c.datagrams += 1;
+                for line in text.lines() {
+                    c.status += u64::from(line.starts_with("STATUS="));
+                    c.watchdog += u64::from(line == "WATCHDOG=1");
+                }
+            }
+        });
+        Notify { path, counts }
+    }
+
+    fn counts(&self) -> Sent {
+        *self.counts.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }

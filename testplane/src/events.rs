@@ -21,6 +21,8 @@ pub struct RequestRecord {
     /// Path and query.
     pub path: String,
     pub status: u16,
+    /// `HTTP/1.1` or `HTTP/2.0`.
+    pub version: String,
 }
 
 /// What happened, in order, for tests to await instead of sleeping.

@@ -66,6 +66,7 @@ pub async fn handle(
     req: Request<Incoming>,
 ) -> Result<Resp, Infallible> {
     let method = req.method().clone();
+    let version = format!("{:?}", req.version());
     let path = req.uri().path().to_string();
     let path_q = req
         .uri()
@@ -139,6 +140,7 @@ pub async fn handle(
         method: method.to_string(),
         path: path_q,
         status: resp.status().as_u16(),
+        version,
     };
     tracing::debug!(conn = rec.conn, user = %rec.user, verb = %rec.verb, path = %rec.path, status = rec.status, "request");
     if resp.headers_mut().remove(UNEXPECTED).is_some() {

@@ -1,0 +1,293 @@
+//! One keep-alive HTTP/1.1 connection of the caller's own to the API server, for a loop
+//! that sends one small request at a time and bounds each exchange itself (the Lease
+//! loop). Same server, CA, identity, typed errors and clock-skew report as the
+//! [`ApiClient`] it is made from, without what a shared client needs and a heartbeat does
+//! not: no pool, no per-request timer, no HTTP/2 (hyper writes HEADERS and DATA in two
+//! flushes, and its PINGs need a timer that wakes the process every period). A renewal is
+//! one TLS record written, one read, and hyper's connection driver as the only other task.
+//!
+//! Liveness is the caller's: an exchange that does not complete (an error, or the caller
+//! dropping it at its deadline) leaves no connection behind, so the next request opens a
+//! fresh one. Quiet stretches are covered in the kernel by TCP keepalive and
+//! `TCP_USER_TIMEOUT`, as on every client bootlet builds.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Request, Uri};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper_util::rt::TokioIo;
+use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, DATE, HOST, USER_AGENT};
+use reqwest::Method;
+use rustls::pki_types::ServerName;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use socket2::{SockRef, TcpKeepalive};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+
+use super::{
+    decode, encode, retry_after, ApiClient, Error, Identity, TransportError, TCP_KEEPALIVE_IDLE,
+    TCP_KEEPALIVE_INTERVAL, TCP_KEEPALIVE_PROBES, TCP_USER_TIMEOUT,
+};
+
+/// A connection of its own, opened on first use and after any exchange that did not
+/// complete. Not `Clone`: one caller, one request at a time.
+pub struct Connection {
+    client: ApiClient,
+    tls: TlsConnector,
+    target: Result<Target, String>,
+    sender: Option<SendRequest<Full<Bytes>>>,
+}
+
+/// Where the server URL points.
+#[derive(Debug)]
+struct Target {
+    /// Host for name resolution (an IPv6 literal without brackets).
+    host: String,
+    port: u16,
+    /// The name the server certificate must carry.
+    name: ServerName<'static>,
+    /// The `Host` header: the URL's authority as written.
+    authority: HeaderValue,
+    /// A path prefix of the server URL (a proxy's), without the trailing slash.
+    prefix: String,
+}
+
+// === impl Connection ===
+
+impl Connection {
+    /// A connection for `client`'s server and identity; nothing is opened yet.
+    pub fn new(client: &ApiClient) -> Self {
+        let mut tls = client.inner.tls.clone();
+        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Self {
+            client: client.clone(),
+            tls: TlsConnector::from(Arc::new(tls)),
+            target: target(&client.inner.server),
+            sender: None,
+        }
+    }
+
+    pub fn identity(&self) -> &Identity {
+        self.client.identity()
+    }
+
+    /// The client's bound on one exchange; the caller enforces it.
+    pub fn request_timeout(&self) -> std::time::Duration {
+        self.client.inner.opts.request_timeout
+    }
+
+    /// Closes the connection; the next request opens a fresh one.
+    pub fn reset(&mut self) {
+        self.sender = None;
+    }
+
+    pub async fn get<T: DeserializeOwned>(&mut self, path: &str) -> Result<T, Error> {
+        self.call(Method::GET, path, None::<&()>).await
+    }
+
+    pub async fn create<B: Serialize, T: DeserializeOwned>(
+        &mut self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, Error> {
+        self.call(Method::POST, path, Some(body)).await
+    }
+
+    pub async fn replace<B: Serialize, T: DeserializeOwned>(
+        &mut self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, Error> {
+        self.call(Method::PUT, path, Some(body)).await
+    }
+
+    /// One exchange, unbounded in time (the caller bounds it); the body is decoded as `T`
+    /// on 2xx, as a `Status` otherwise, exactly as [`ApiClient::call`] does.
+    pub async fn call<B: Serialize, T: DeserializeOwned>(
+        &mut self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+    ) -> Result<T, Error> {
+        let json = body.map(|b| encode(&method, path, b)).transpose()?;
+        let target = self.target.as_ref().map_err(|reason| Error::Setup {
+            server: self.client.server().to_string(),
+            reason: reason.clone(),
+        })?;
+        let request = self
+            .request(target, &method, path, json)
+            .map_err(|e| Error::Setup {
+                server: self.client.server().to_string(),
+                reason: format!("{method} {path}: {e}"),
+            })?;
+        // Taken for the exchange and put back only once it completed: an error or a
+        // cancelled exchange leaves no half-used connection behind.
+        let mut sender = match self.sender.take().filter(|s| !s.is_closed()) {
+            Some(sender) => sender,
+            None => open(target, &self.tls, &self.client)
+                .await
+                .map_err(|e| self.client.transport(&method, path, e))?,
+        };
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|e| self.client.transport(&method, path, e.into()))?;
+        let (head, body) = response.into_parts();
+        let limit = self.client.inner.opts.max_body;
+        let bytes = match Limited::new(body, limit).collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(e) if e.is::<LengthLimitError>() => {
+                return Err(Error::TooLarge {
+                    method,
+                    path: path.to_string(),
+                    limit,
+                })
+            }
+            Err(e) => return Err(self.client.transport(&method, path, e)),
+        };
+        self.sender = Some(sender);
+        self.client.observe_date(head.headers.get(DATE));
+        if head.status.is_success() {
+            decode(method, path, &bytes)
+        } else {
+            let retry = retry_after(&head.headers);
+            Err(self
+                .client
+                .refusal(method, path, head.status, retry, &bytes))
+        }
+    }
+
+    fn request(
+        &self,
+        target: &Target,
+        method: &Method,
+        path: &str,
+        json: Option<Vec<u8>>,
+    ) -> Result<Request<Full<Bytes>>, http::Error> {
+        let mut builder = Request::builder()
+            .method(method.clone())
+            .uri(format!("{}{path}", target.prefix))
+            .header(HOST, target.authority.clone())
+            .header(ACCEPT, HeaderValue::from_static("application/json"))
+            .header(USER_AGENT, HeaderValue::from_static(super::USER_AGENT));
+        if let Some(auth) = &self.client.inner.auth_header {
+            builder = builder.header(AUTHORIZATION, auth.clone());
+        }
+        let body = match json {
+            Some(json) => {
+                builder =
+                    builder.header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                Full::new(Bytes::from(json))
+            }
+            None => Full::default(),
+        };
+        builder.body(body)
+    }
+}
+
+/// TCP (bounded by the client's connect timeout, with kernel keepalive and
+/// `TCP_USER_TIMEOUT`), TLS with the client's identity, HTTP/1.1; hyper's connection
+/// driver is spawned and ends when the connection is dropped or closed.
+async fn open(
+    target: &Target,
+    tls: &TlsConnector,
+    client: &ApiClient,
+) -> Result<SendRequest<Full<Bytes>>, TransportError> {
+    let bound = client.inner.opts.connect_timeout;
+    let handshake = async {
+        let tcp = tcp(target).await?;
+        let stream = tls.connect(target.name.clone(), tcp).await?;
+        let (sender, driver) = http1::handshake(TokioIo::new(stream)).await?;
+        Ok::<_, TransportError>((sender, driver))
+    };
+    let (sender, driver) = tokio::time::timeout(bound, handshake)
+        .await
+        .map_err(|_| format!("no TCP/TLS connection within {bound:?}"))??;
+    tokio::spawn(async move {
+        if let Err(e) = driver.await {
+            tracing::debug!(error = %e, "API server connection ended");
+        }
+    });
+    Ok(sender)
+}
+
+async fn tcp(target: &Target) -> Result<TcpStream, TransportError> {
+    let mut last = None;
+    for addr in tokio::net::lookup_host((target.host.as_str(), target.port)).await? {
+        match TcpStream::connect(addr).await {
+            Ok(stream) => {
+                stream.set_nodelay(true)?;
+                let socket = SockRef::from(&stream);
+                socket.set_tcp_keepalive(
+                    &TcpKeepalive::new()
+                        .with_time(TCP_KEEPALIVE_IDLE)
+                        .with_interval(TCP_KEEPALIVE_INTERVAL)
+                        .with_retries(TCP_KEEPALIVE_PROBES),
+                )?;
+                socket.set_tcp_user_timeout(Some(TCP_USER_TIMEOUT))?;
+                return Ok(stream);
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(match last {
+        Some(e) => e.into(),
+        None => format!("{} resolves to no address", target.host).into(),
+    })
+}
+
+/// Parses the kubeconfig's server URL (pure).
+fn target(server: &str) -> Result<Target, String> {
+    let bad = |why: &str| format!("server URL {server:?}: {why}");
+    let uri: Uri = server.parse().map_err(|e| bad(&format!("{e}")))?;
+    if uri.scheme_str() != Some("https") {
+        return Err(bad("bootlet only talks https"));
+    }
+    let authority = uri.authority().ok_or_else(|| bad("no host"))?;
+    let host = authority
+        .host()
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    let name = ServerName::try_from(host.clone()).map_err(|e| bad(&format!("{e}")))?;
+    Ok(Target {
+        port: authority.port_u16().unwrap_or(443),
+        name,
+        authority: HeaderValue::from_str(authority.as_str()).map_err(|e| bad(&format!("{e}")))?,
+        prefix: uri.path().trim_end_matches('/').to_string(),
+        host,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_urls() {
+        let t = target("https://127.0.0.1:6443").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("127.0.0.1", 6443));
+        assert_eq!(t.authority, "127.0.0.1:6443");
+        assert!(matches!(t.name, ServerName::IpAddress(_)));
+        assert_eq!(t.prefix, "");
+
+        let t = target("https://api.example.com/k8s/clusters/c-1/").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("api.example.com", 443));
+        assert_eq!(t.authority, "api.example.com");
+        assert!(matches!(t.name, ServerName::DnsName(_)));
+        assert_eq!(t.prefix, "/k8s/clusters/c-1");
+
+        let t = target("https://[fd00::1]:6443").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("fd00::1", 6443));
+        assert_eq!(t.authority, "[fd00::1]:6443");
+        assert!(matches!(t.name, ServerName::IpAddress(_)));
+
+        assert!(target("http://127.0.0.1:8080")
+            .unwrap_err()
+            .contains("https"));
+        assert!(target("not a url").is_err());
+    }
+}
