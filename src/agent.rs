@@ -118,10 +118,7 @@ impl LeaseTask {
         clients: &watch::Receiver<ApiClient>,
         health: &Health,
     ) -> Option<LeaseTask> {
-        health.update(|s| {
-            s.lease.enabled = settings.renew_lease;
-            s.lease.interval = settings.lease_renew_interval;
-        });
+        health.update(|s| s.lease.enabled = settings.renew_lease);
         if !settings.renew_lease {
             tracing::info!("--renew-lease=false: the Lease is left to the kubelet");
             return None;

@@ -24,8 +24,6 @@ pub struct CertSummary {
 pub struct LeaseState {
     /// `--renew-lease`: false means the Lease is someone else's job.
     pub enabled: bool,
-    /// `--lease-renew-interval`, for the status line.
-    pub interval: Duration,
     /// The last successful create or update.
     pub last_renewed: Option<SystemTime>,
     /// Set while renewals fail; cleared by the next success.
@@ -75,12 +73,9 @@ impl Snapshot {
             (None, Some(since), _) => {
                 line.push_str(&format!("; lease renewal failing for {}", ago(now, since)))
             }
-            // The cadence, not the last time: a healthy line stays the same from renewal
-            // to renewal, so STATUS= is not re-sent for each one (a failure changes it).
-            (None, None, Some(_)) => line.push_str(&format!(
-                "; lease renewed every {}",
-                crate::config::format_duration(self.lease.interval)
-            )),
+            // A time, not an age: the line never needs a refresh between renewals, and
+            // under systemd it rides in the datagram of the watchdog ping each renewal sends.
+            (None, None, Some(at)) => line.push_str(&format!("; lease renewed at {}", rfc3339(at))),
             (None, None, None) => line.push_str("; waiting for the first lease renewal"),
         }
         line
@@ -249,12 +244,10 @@ mod tests {
             rotate_at: Some(t(2700)),
         });
         snap.lease.last_renewed = Some(t(190));
-        snap.lease.interval = Duration::from_secs(10);
-        let healthy = "client cert valid until 2027-01-15T09:00:00Z, rotates at 2027-01-15T08:45:00Z; lease renewed every 10s";
+        let healthy = "client cert valid until 2027-01-15T09:00:00Z, rotates at 2027-01-15T08:45:00Z; lease renewed at 2027-01-15T08:03:10Z";
         assert_eq!(snap.status_line(t(192)), healthy);
-        // A healthy line does not age or change with each renewal, so it is sent once.
-        snap.lease.last_renewed = Some(t(200));
-        assert_eq!(snap.status_line(t(207)), healthy);
+        // A healthy line does not age, so nothing re-sends it between renewals.
+        assert_eq!(snap.status_line(t(197)), healthy);
         snap.lease.failing_since = Some(t(185));
         assert_ne!(snap.status_line(t(192)), snap.status_line(t(197)));
     }

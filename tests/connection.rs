@@ -146,3 +146,20 @@ async fn a_server_that_is_gone_is_a_transport_error_then_a_fresh_connection() {
     let requests = seen(&tp, "c5");
     assert_ne!(requests[0].0, requests.last().unwrap().0);
 }
+
+#[tokio::test]
+async fn a_connection_the_server_closed_while_idle_is_replaced_without_an_error() {
+    let tp = TestPlane::builder().start().await.unwrap();
+    let mut conn = connection(&tp, "c6", ClientOptions::default()).await;
+    let path = format!("{LEASES}/c6");
+    let _: Lease = conn.create(LEASES, &lease("c6", None)).await.unwrap();
+    let mut events = tp.events();
+    // The server drops the idle connection (as an idle timeout would) and is back at once.
+    tp.faults().outage(Duration::from_millis(50)).await;
+    wait_event(&mut events, |e| (*e == Event::OutageEnded).then_some(())).await;
+    // Nothing was in flight, so the next request simply goes over a new connection.
+    let _: Lease = conn.get(&path).await.unwrap();
+    let requests = seen(&tp, "c6");
+    assert_eq!(requests.len(), 2, "{requests:?}");
+    assert_ne!(requests[0].0, requests[1].0);
+}

@@ -125,7 +125,15 @@ impl Connection {
             })?;
         // Taken for the exchange and put back only once it completed: an error or a
         // cancelled exchange leaves no half-used connection behind.
-        let mut sender = match self.sender.take().filter(|s| !s.is_closed()) {
+        let mut reused = self.sender.take().filter(|s| !s.is_closed());
+        if let Some(sender) = reused.as_mut() {
+            if sender.ready().await.is_err() {
+                // Closed since the last exchange (the server's idle timeout): nothing was
+                // sent on it, so a new connection is safe for any request.
+                reused = None;
+            }
+        }
+        let mut sender = match reused {
             Some(sender) => sender,
             None => open(target, &self.tls, &self.client)
                 .await

@@ -6,6 +6,8 @@
 //! Phase 2 (lease, `LEASE_SECONDS` long at `LEASE_INTERVAL_MS`): requests per renewal, TLS
 //! handshakes by the node identity, renewal-interval deviation (p50/p99/max), CPU per
 //! renewal (from /proc/PID/task/*/schedstat, nanoseconds) and steady RSS (VmRSS).
+//! `UNDER_SYSTEMD=1` runs bootlet as systemd does: `NOTIFY_SOCKET` on a socket this bench
+//! reads and counts, and `WATCHDOG_USEC` (30 s unless set).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -163,9 +165,9 @@ async fn main() {
     let mut events = tp.events();
     let interval = format!("{interval_ms}ms");
     let duration = format!("{}s", (interval_ms * 4 / 1000).max(2));
-    // As systemd runs it (bench/agent.sh's default): a notify socket that counts what
-    // bootlet sends, and the unit's WatchdogSec=30s. UNDER_SYSTEMD=0 runs it bare.
-    let systemd = env_u64("UNDER_SYSTEMD", 1) == 1;
+    // UNDER_SYSTEMD=1: as systemd runs it, with a notify socket that counts what bootlet
+    // sends and the unit's WatchdogSec=30s. The default runs it bare: the renewal alone.
+    let systemd = env_u64("UNDER_SYSTEMD", 0) == 1;
     let notify = systemd.then(|| Notify::bind(&node.dir));
     // WATCHDOG_USEC as the unit sets it (WatchdogSec=30s); at a short LEASE_INTERVAL_MS,
     // scale it (e.g. 2000000 at 1000 ms) to keep one ping per renewal as at 10 s.
@@ -279,7 +281,9 @@ async fn main() {
             b.watchdog - a.watchdog,
             (b.datagrams - a.datagrams) as f64 / n as f64
         ),
-        _ => println!("lease: run without NOTIFY_SOCKET/WATCHDOG_USEC (UNDER_SYSTEMD=0)"),
+        _ => println!(
+            "lease: run without NOTIFY_SOCKET/WATCHDOG_USEC (UNDER_SYSTEMD=1 adds them)"
+        ),
     }
     tp.shutdown().await;
 }
