@@ -102,15 +102,6 @@ impl RenewError {
     }
 }
 
-/// The Lease loop's own connection for `shared`'s identity ([`Connection`]: HTTP/1.1, no
-/// pool, no timers). Its renewals are its liveness check: each one is bounded by
-/// [`attempt_budget`], and an exchange that does not complete leaves no connection behind,
-/// so the next renewal opens a fresh one at once. Quiet stretches (a paused loop) are
-/// covered by TCP keepalive in the kernel.
-fn own_connection(shared: &ApiClient) -> Connection {
-    Connection::new(shared)
-}
-
 /// How long one period's renewal may take: until just before the next slot, and never
 /// longer than the API client's request timeout (10 s), which no request may outlive.
 fn attempt_budget(interval: Duration, request_timeout: Duration) -> Duration {
@@ -160,7 +151,11 @@ impl LeaseLoop {
         let mut war = Backoff::new(interval, MAX_WAR_BACKOFF.max(interval), 0.2)
             .expect("interval is positive and below the cap");
         let mut war_until: Option<Instant> = None;
-        let mut conn = own_connection(&clients.borrow_and_update());
+        // A connection of its own ([`Connection`]: HTTP/1.1, no pool, no timers). Its renewals
+        // are its liveness check: each is bounded by [`attempt_budget`], and an exchange
+        // that does not complete leaves no connection behind, so the next renewal opens a
+        // fresh one at once. Quiet stretches are covered by TCP keepalive in the kernel.
+        let mut conn = Connection::new(&clients.borrow_and_update());
         let phase: f64 = rand::rng().random();
         let mut ticker = Ticker::new();
         loop {
@@ -180,7 +175,7 @@ impl LeaseLoop {
             }
             health.beat(TASK, ATTEMPT_BOUND + interval);
             if clients.has_changed().unwrap_or(false) {
-                conn = own_connection(&clients.borrow_and_update());
+                conn = Connection::new(&clients.borrow_and_update());
                 tracing::info!(identity = %conn.identity(), "lease: switched to the new credentials");
             }
             // The next slot after now: slots missed by a slow renewal are skipped, not burst.

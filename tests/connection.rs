@@ -29,6 +29,14 @@ async fn connection(tp: &TestPlane, node: &str, opts: ClientOptions) -> Connecti
     Connection::new(&client)
 }
 
+/// A testplane, a connection for `node`, and `node`'s Lease (created through it) by path.
+async fn with_lease(node: &str) -> (TestPlane, Connection, String) {
+    let tp = TestPlane::builder().start().await.unwrap();
+    let mut conn = connection(&tp, node, ClientOptions::default()).await;
+    let _: Lease = conn.create(LEASES, &lease(node, None)).await.unwrap();
+    (tp, conn, format!("{LEASES}/{node}"))
+}
+
 fn lease(node: &str, resource_version: Option<String>) -> Lease {
     Lease {
         metadata: ObjectMeta {
@@ -94,10 +102,7 @@ async fn http1_on_one_connection_with_the_shared_clients_typed_errors() {
 
 #[tokio::test]
 async fn a_cancelled_exchange_leaves_no_connection_behind() {
-    let tp = TestPlane::builder().start().await.unwrap();
-    let mut conn = connection(&tp, "c3", ClientOptions::default()).await;
-    let path = format!("{LEASES}/c3");
-    let _: Lease = conn.create(LEASES, &lease("c3", None)).await.unwrap();
+    let (tp, mut conn, path) = with_lease("c3").await;
 
     // The caller's deadline passes while the server sits on the request.
     tp.faults().delay(Duration::from_millis(500));
@@ -132,10 +137,7 @@ async fn bodies_over_the_limit_are_refused() {
 
 #[tokio::test]
 async fn a_server_that_is_gone_is_a_transport_error_then_a_fresh_connection() {
-    let tp = TestPlane::builder().start().await.unwrap();
-    let mut conn = connection(&tp, "c5", ClientOptions::default()).await;
-    let path = format!("{LEASES}/c5");
-    let _: Lease = conn.create(LEASES, &lease("c5", None)).await.unwrap();
+    let (tp, mut conn, path) = with_lease("c5").await;
     let mut events = tp.events();
     // Every connection dropped and the port closed until the outage ends.
     tp.faults().outage(Duration::from_millis(300)).await;
@@ -149,10 +151,7 @@ async fn a_server_that_is_gone_is_a_transport_error_then_a_fresh_connection() {
 
 #[tokio::test]
 async fn a_connection_the_server_closed_while_idle_is_replaced_without_an_error() {
-    let tp = TestPlane::builder().start().await.unwrap();
-    let mut conn = connection(&tp, "c6", ClientOptions::default()).await;
-    let path = format!("{LEASES}/c6");
-    let _: Lease = conn.create(LEASES, &lease("c6", None)).await.unwrap();
+    let (tp, mut conn, path) = with_lease("c6").await;
     let mut events = tp.events();
     // The server drops the idle connection (as an idle timeout would) and is back at once.
     tp.faults().outage(Duration::from_millis(50)).await;
