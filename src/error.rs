@@ -18,7 +18,8 @@ pub enum Error {
     Bootstrap(#[from] crate::bootstrap::BootstrapError),
 }
 
-/// `error: cause: cause`, each source once (Display never repeats its source).
+/// `error: cause: cause`, each source once (Display never repeats its source), on one line:
+/// server text inside (a deny message, a `Status.message`) has its controls escaped.
 pub fn report(err: &(dyn StdError + 'static)) -> String {
     let mut out = err.to_string();
     let mut next = err.source();
@@ -30,7 +31,7 @@ pub fn report(err: &(dyn StdError + 'static)) -> String {
         }
         next = cause.source();
     }
-    out
+    crate::text::one_line(&out).into_owned()
 }
 
 #[cfg(test)]
@@ -45,5 +46,11 @@ mod tests {
     fn report_joins_the_chain() {
         let e = Outer(std::io::Error::other("inner"));
         assert_eq!(report(&e), "outer: inner");
+    }
+
+    #[test]
+    fn report_is_one_line_whatever_the_server_said() {
+        let e = Outer(std::io::Error::other("policy says no\nREADY=1"));
+        assert_eq!(report(&e), "outer: policy says no\\nREADY=1");
     }
 }

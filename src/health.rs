@@ -43,13 +43,22 @@ pub struct Snapshot {
 // === impl Snapshot ===
 
 impl Snapshot {
-    /// READY=1: a valid certificate is on disk and, when we own the Lease, it was written once.
+    /// READY=1: a valid client certificate and the kubeconfig are on disk, which is all the
+    /// kubelet needs to start. The Lease never gates readiness: its first write may wait for
+    /// the kubelet's health or for an API server the kubelet itself runs (a static pod), and
+    /// an API outage at boot must not keep the kubelet down. It shows in the status line.
     pub fn ready(&self) -> bool {
-        self.cert.is_some() && (!self.lease.enabled || self.lease.last_renewed.is_some())
+        self.cert.is_some()
     }
 
-    /// One line for `systemctl status`, saying what the agent waits for or does next.
+    /// One line for `systemctl status`, saying what the agent waits for or does next. Server
+    /// text in it (a deny message, a `Status.message`) has its controls escaped: the line is
+    /// sent as `STATUS=` and must never carry a second notify assignment.
     pub fn status_line(&self, now: SystemTime) -> String {
+        crate::text::one_line(&self.status_text(now)).into_owned()
+    }
+
+    fn status_text(&self, now: SystemTime) -> String {
         let Some(cert) = &self.cert else {
             return self.bootstrap.status_line(now);
         };
@@ -200,7 +209,7 @@ mod tests {
     }
 
     #[test]
-    fn ready_needs_a_cert_and_the_first_lease_write() {
+    fn ready_needs_the_cert_and_never_the_lease() {
         let health = Health::new(true);
         assert!(!health.snapshot().ready());
         health.update(|s| {
@@ -210,9 +219,16 @@ mod tests {
                 rotate_at: None,
             })
         });
-        assert!(!health.snapshot().ready());
-        health.update(|s| s.lease.last_renewed = Some(t(1)));
-        assert!(health.snapshot().ready());
+        assert!(
+            health.snapshot().ready(),
+            "the Lease must not gate READY (it may wait for the kubelet)"
+        );
+        assert!(health
+            .snapshot()
+            .status_line(t(1))
+            .ends_with("; waiting for the first lease renewal"));
+        health.update(|s| s.lease.failing_since = Some(t(1)));
+        assert!(health.snapshot().ready(), "a failing Lease keeps READY");
 
         let no_lease = Health::new(false);
         no_lease.update(|s| {
@@ -250,6 +266,21 @@ mod tests {
         assert_eq!(snap.status_line(t(197)), healthy);
         snap.lease.failing_since = Some(t(185));
         assert_ne!(snap.status_line(t(192)), snap.status_line(t(197)));
+    }
+
+    #[test]
+    fn server_text_cannot_add_lines_to_the_status() {
+        let mut snap = Health::new(true).snapshot();
+        snap.bootstrap = State::BackingOff {
+            until: t(60),
+            reason: "CSR x was denied (Policy: policy says no\nREADY=1\nMAINPID=1)".into(),
+        };
+        let line = snap.status_line(t(0));
+        assert_eq!(line.lines().count(), 1, "{line:?}");
+        assert!(
+            line.contains("policy says no\\nREADY=1\\nMAINPID=1"),
+            "{line}"
+        );
     }
 
     #[test]

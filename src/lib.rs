@@ -20,4 +20,5 @@ pub mod pki;
 pub mod rotation;
 pub mod shutdown;
 pub mod telemetry;
+pub mod text;
 pub mod ticker;

@@ -2,7 +2,6 @@
 //! RELOADING=1 and STOPPING=1 over `NOTIFY_SOCKET`. A no-op without `NOTIFY_SOCKET`. It
 //! decides nothing about the agent's state; it only reports it (and withholds pings).
 
-use std::fmt::Write as _;
 use std::os::unix::net::UnixDatagram;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
@@ -71,14 +70,7 @@ pub async fn run(health: Health, mut shutdown: Shutdown) {
             last_status = line;
         }
         if ready_now {
-            tracing::info!(
-                "ready: client certificate in place{}",
-                if snap.lease.enabled {
-                    " and the Lease written"
-                } else {
-                    ""
-                }
-            );
+            tracing::info!("ready: client certificate and kubeconfig in place");
             ready_sent = true;
         }
         if !listening && ready_sent {
@@ -197,10 +189,7 @@ fn send(states: &[NotifyState<'_>]) {
     let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
         return;
     };
-    let mut msg = String::new();
-    for state in states {
-        let _ = writeln!(msg, "{state}");
-    }
+    let msg = message(states);
     let mut socket = SOCKET.lock().unwrap_or_else(|e| e.into_inner());
     for attempt in 0..2 {
         let sent = match socket.as_ref() {
@@ -226,6 +215,19 @@ fn send(states: &[NotifyState<'_>]) {
     }
 }
 
+/// The datagram for `states`: one `KEY=value` line each. Each line is made safe on its own
+/// (`text::one_line`), so no value, however it was built, can add an assignment of its
+/// own (`STATUS=…\nREADY=1`): the sink is the last line of defence, not the only one.
+fn message(states: &[NotifyState<'_>]) -> String {
+    let mut msg = String::new();
+    for state in states {
+        let line = state.to_string();
+        msg.push_str(&crate::text::one_line(&line));
+        msg.push('\n');
+    }
+    msg
+}
+
 fn connect(path: &std::ffi::OsStr) -> std::io::Result<UnixDatagram> {
     use std::os::unix::ffi::OsStrExt;
     let socket = UnixDatagram::unbound()?;
@@ -242,6 +244,18 @@ fn connect(path: &std::ffi::OsStr) -> std::io::Result<UnixDatagram> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_status_value_cannot_smuggle_another_assignment() {
+        let msg = message(&[
+            NotifyState::Status("denied: no\nREADY=1\nWATCHDOG_USEC=1"),
+            NotifyState::Watchdog,
+        ]);
+        assert_eq!(
+            msg,
+            "STATUS=denied: no\\nREADY=1\\nWATCHDOG_USEC=1\nWATCHDOG=1\n"
+        );
+    }
 
     #[test]
     fn pings_at_half_the_watchdog_interval() {

@@ -54,7 +54,9 @@ pub fn init(format: LogFormat, verbosity: u8) {
         None => (EnvFilter::new(default_directives(verbosity)), None),
     };
     let (filter, handle) = reload::Layer::new(filter);
-    let layer = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let layer = tracing_subscriber::fmt::layer()
+        .fmt_fields(OneLineFields::default())
+        .with_writer(std::io::stderr);
     let layer = match format {
         LogFormat::Json => layer.json().boxed(),
         // Under journald: the native protocol with structured fields when its socket is
@@ -150,6 +152,52 @@ fn stderr_identity() -> Option<(u64, u64)> {
     Some((meta.dev(), meta.ino()))
 }
 
+/// Text-mode fields (`message key=value …`) with every value made one line
+/// (`text::one_line`): a value built from server text (a deny message, a proxy's error page)
+/// can neither start a log line of its own nor carry terminal escapes.
+#[derive(Debug, Default)]
+pub struct OneLineFields;
+
+// === impl OneLineFields ===
+
+impl<'w> FormatFields<'w> for OneLineFields {
+    fn format_fields<R: tracing_subscriber::field::RecordFields>(
+        &self,
+        writer: Writer<'w>,
+        fields: R,
+    ) -> fmt::Result {
+        let mut visitor = OneLineVisitor {
+            writer,
+            result: Ok(()),
+            first: true,
+        };
+        fields.record(&mut visitor);
+        visitor.result
+    }
+}
+
+struct OneLineVisitor<'w> {
+    writer: Writer<'w>,
+    result: fmt::Result,
+    first: bool,
+}
+
+impl tracing::field::Visit for OneLineVisitor<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn fmt::Debug) {
+        if self.result.is_err() {
+            return;
+        }
+        let text = format!("{value:?}");
+        let text = crate::text::one_line(&text);
+        let sep = if self.first { "" } else { " " };
+        self.first = false;
+        self.result = match field.name() {
+            "message" => write!(self.writer, "{sep}{text}"),
+            name => write!(self.writer, "{sep}{}={text}", name.trim_start_matches("r#")),
+        };
+    }
+}
+
 /// Builds a journald-format subscriber writing to `writer`; used by tests and tools that
 /// want the exact stderr line shape without touching the global subscriber.
 pub fn journald_subscriber<W>(writer: W, level: Level) -> impl Subscriber + Send + Sync
@@ -160,6 +208,7 @@ where
         .with_max_level(level)
         .with_ansi(false)
         .with_writer(writer)
+        .fmt_fields(OneLineFields)
         .event_format(JournaldFormat)
         .finish()
 }
@@ -196,7 +245,7 @@ where
             }
         }
         let prefix = priority_prefix(*event.metadata().level());
-        writeln!(writer, "{prefix}{}", line.replace('\n', "\\n"))
+        writeln!(writer, "{prefix}{}", crate::text::one_line(&line))
     }
 }
 
@@ -278,6 +327,7 @@ mod tests {
             tracing::debug!("lease renewed");
             tracing::trace!("GET /version");
             tracing::info!("two\nlines");
+            tracing::warn!(reason = %"no\nREADY=1\u{1b}[31m", "CSR denied");
         });
         let lines: Vec<&str> = out.lines().collect();
         assert_eq!(
@@ -289,6 +339,7 @@ mod tests {
                 "<7>lease renewed node=\"n1\"",
                 "<7>GET /version node=\"n1\"",
                 "<6>two\\nlines node=\"n1\"",
+                "<4>CSR denied reason=no\\nREADY=1\\u{1b}[31m node=\"n1\"",
             ]
         );
         assert!(!out.contains('\u{1b}'), "no ANSI escapes: {out:?}");

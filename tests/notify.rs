@@ -92,7 +92,7 @@ async fn plane(approval: Approval) -> TestPlane {
 }
 
 #[tokio::test]
-async fn ready_waits_for_the_certificate_and_the_first_lease_then_stopping_exits_0() {
+async fn ready_waits_for_the_certificate_then_stopping_exits_0() {
     let tp = plane(Approval::Manual).await;
     let mut events = tp.events();
     let node = NodeDir::new(&tp.bootstrap_kubeconfig());
@@ -123,11 +123,8 @@ async fn ready_waits_for_the_certificate_and_the_first_lease_then_stopping_exits
     tp.approve(&csr).unwrap();
     notify.until("READY=1", |l| l == "READY=1").await;
     assert!(node.current().exists(), "READY=1 before the certificate");
-    assert!(
-        tp.lease("kube-node-lease", "n-ready").is_some(),
-        "READY=1 before the first Lease write"
-    );
-    // The running status may arrive with READY=1 or just before it.
+    assert!(node.kubeconfig.exists(), "READY=1 before the kubeconfig");
+    // The Lease does not gate READY; its state follows in STATUS=.
     let running = |l: &str| l.starts_with("STATUS=") && l.contains("lease renewed");
     let status = match notify.seen.iter().find(|(_, m)| m.lines().any(running)) {
         Some((_, m)) => m.clone(),
@@ -268,6 +265,120 @@ async fn sighup_reloads_the_config_live_and_keeps_running_on_a_bad_file() {
     );
     let renewed = agent.log().matches("lease renewed").count();
     agent.wait_for_log_count("lease renewed", renewed + 2).await;
+    let (status, log) = agent.terminate().await;
+    assert!(status.success(), "{log}");
+}
+
+#[tokio::test]
+async fn a_deny_message_cannot_inject_notify_assignments() {
+    let tp = plane(Approval::Manual).await;
+    let mut events = tp.events();
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let mut notify = NotifySocket::bind();
+    let agent = Agent::spawn_env(
+        &args(&node, "n-inject", &[]),
+        &[("NOTIFY_SOCKET", &notify.env())],
+    );
+    let csr = wait_event(&mut events, |e| match e {
+        Event::CsrCreated { name, .. } => Some(name.clone()),
+        _ => None,
+    })
+    .await;
+    tp.deny_with_message(
+        &csr,
+        "Policy",
+        "policy says no\nREADY=1\nMAINPID=1\nWATCHDOG_USEC=1",
+    )
+    .unwrap();
+    let (_, msg) = notify
+        .until("the back-off STATUS", |l| {
+            l.starts_with("STATUS=") && l.contains("policy says no")
+        })
+        .await;
+    assert_eq!(
+        msg.lines().collect::<Vec<_>>().len(),
+        1,
+        "one well-formed STATUS line and nothing else: {msg:?}"
+    );
+    assert!(
+        msg.contains("policy says no\\nREADY=1\\nMAINPID=1\\nWATCHDOG_USEC=1"),
+        "the message is shown, escaped: {msg:?}"
+    );
+    agent.wait_for_log("bootstrap attempt failed").await;
+    notify.drain();
+    let injected =
+        |l: &str| l == "READY=1" || l.starts_with("MAINPID=") || l.starts_with("WATCHDOG_USEC=");
+    assert!(
+        !notify.seen.iter().any(|(_, m)| m.lines().any(injected)),
+        "injected assignments reached the notify socket: {:#?}",
+        notify.seen
+    );
+    assert!(
+        !agent.log().lines().any(injected),
+        "a log line of the server's making:\n{}",
+        agent.log()
+    );
+    let (status, log) = agent.terminate().await;
+    assert!(status.success(), "{log}");
+}
+
+#[tokio::test]
+async fn ready_with_a_valid_certificate_while_the_server_is_down_then_the_lease_resumes() {
+    let state = tempfile::tempdir().unwrap();
+    let start = |addr| {
+        TestPlane::builder()
+            .cert_ttl(HOUR)
+            .state_dir(Some(state.path().to_path_buf()))
+            .listen(addr)
+            .start()
+    };
+    let tp = start("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let addr = tp.addr();
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let agent = Agent::spawn(&args(&node, "n-outage", &[]));
+    agent.wait_for_log("client certificate installed").await;
+    let (status, _) = agent.terminate().await;
+    assert!(status.success());
+    tp.shutdown().await;
+
+    // A node booting during an API outage, with a valid certificate on disk.
+    let mut notify = NotifySocket::bind();
+    let started = Instant::now();
+    let agent = Agent::spawn_env(
+        &args(&node, "n-outage", &[]),
+        &[("NOTIFY_SOCKET", &notify.env())],
+    );
+    let (ready_at, _) = notify.until("READY=1", |l| l == "READY=1").await;
+    assert!(
+        ready_at - started < Duration::from_secs(5),
+        "READY after {:?} with the server down",
+        ready_at - started
+    );
+    notify
+        .until("the Lease state in STATUS", |l| {
+            l.starts_with("STATUS=client cert valid until")
+                && (l.contains("lease renewal failing")
+                    || l.contains("waiting for the first lease"))
+        })
+        .await;
+
+    // The server returns on the same address (same CA): a renewal within one interval (1s),
+    // plus a margin for the TLS handshake and the phase jitter.
+    let tp = start(addr).await.unwrap();
+    let back = Instant::now();
+    let mut events = tp.events();
+    wait_event(&mut events, |e| match e {
+        Event::LeaseCreated { name, .. } | Event::LeaseRenewed { name, .. } => {
+            (name == "n-outage").then_some(())
+        }
+        _ => None,
+    })
+    .await;
+    assert!(
+        back.elapsed() < Duration::from_millis(1500),
+        "first Lease write {:?} after the server's return",
+        back.elapsed()
+    );
     let (status, log) = agent.terminate().await;
     assert!(status.success(), "{log}");
 }

@@ -78,7 +78,11 @@ where
         let text = message_text(fields.1.as_deref().unwrap_or(""), &all);
         let datagram = encode(&prefix[1..2], &text, meta.target(), &all);
         if self.sock.send(&datagram).is_err() {
-            let _ = writeln!(std::io::stderr(), "{prefix}{}", text.replace('\n', "\\n"));
+            let _ = writeln!(
+                std::io::stderr(),
+                "{prefix}{}",
+                crate::text::one_line(&text)
+            );
         }
     }
 }

@@ -403,7 +403,13 @@ impl TestPlane {
     }
 
     pub fn deny(&self, name: &str, reason: &str) -> Result<(), Error> {
-        controllers::set_condition(&self.shared, name, "Denied", reason, "denied by the test")
+        self.deny_with_message(name, reason, "denied by the test")
+    }
+
+    /// Deny with a message of the test's choosing (an approver's free text: it may hold
+    /// anything, newlines included).
+    pub fn deny_with_message(&self, name: &str, reason: &str, message: &str) -> Result<(), Error> {
+        controllers::set_condition(&self.shared, name, "Denied", reason, message)
     }
 
     pub fn csrs(&self) -> Vec<CertificateSigningRequest> {
