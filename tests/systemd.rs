@@ -208,8 +208,13 @@ impl Container {
 
     /// `systemctl show bootlet -p KEY --value`.
     async fn show(&self, key: &str) -> String {
+        self.show_unit("bootlet", key).await
+    }
+
+    /// `systemctl show UNIT -p KEY --value`.
+    async fn show_unit(&self, unit: &str, key: &str) -> String {
         let (_, out) = self
-            .exec(&["systemctl", "show", "bootlet", "-p", key, "--value"])
+            .exec(&["systemctl", "show", unit, "-p", key, "--value"])
             .await;
         out.trim().to_string()
     }
@@ -233,7 +238,7 @@ impl Container {
             }
             if Instant::now() > deadline {
                 let status = self
-                    .exec(&["systemctl", "status", "--no-pager", "bootlet"])
+                    .exec(&["systemctl", "status", "--no-pager", "bootlet", "kubelet"])
                     .await
                     .1;
                 let journal = self.journal(&[]).await;
@@ -317,6 +322,27 @@ fn child_named(parent: u32, name: &str) -> Option<u32> {
     None
 }
 
+/// A kubelet stand-in: answers 200 on /healthz at 127.0.0.1:PORT (argv[1]) while it runs.
+const KUBELET_STANDIN: &str = r#"import http.server, sys
+class Healthz(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200 if self.path == "/healthz" else 404)
+        self.end_headers()
+        self.wfile.write(b"ok")
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Healthz).serve_forever()
+"#;
+
+/// A loopback port nothing listens on now (the container shares the host network).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// The config the service reads, written next to the test and copied into the container.
 fn write_config(share: &Path, interval: &str, extra: &str) {
     let body = format!(
@@ -374,7 +400,11 @@ async fn bootlet_service_under_a_real_systemd() {
         .unwrap();
     let s = share.path();
     std::fs::write(s.join("bootstrap-kubelet.conf"), tp.bootstrap_kubeconfig()).unwrap();
-    write_config(s, "1s", "");
+    // The Lease waits for the kubelet's health, as on a real node: the deadlock READY=1 on
+    // the first Lease write would cause (kubelet waits for READY, Lease waits for kubelet).
+    let healthz = free_port();
+    let probe = format!("leaseHealthProbe: http://127.0.0.1:{healthz}/healthz\n");
+    write_config(s, "1s", &probe);
     write_test_dropin(s);
     let name = format!(
         "bt-{}-{}",
@@ -385,16 +415,23 @@ async fn bootlet_service_under_a_real_systemd() {
     let c = &container;
     eprintln!("container booted in {:?}", started.elapsed());
     install(c, s).await;
-    // The kubelet drop-in, over a stand-in kubelet.service: ordering, dependency, flags.
-    let standin = "printf '[Unit]\\nDescription=kubelet stand-in\\n[Service]\\nExecStart=/bin/sleep infinity\\n' >/etc/systemd/system/kubelet.service && systemctl daemon-reload";
-    assert!(c.exec(&["sh", "-c", standin]).await.0);
+    // The kubelet drop-in, over a stand-in kubelet.service that answers /healthz only once
+    // it runs: ordering, dependency, flags.
+    std::fs::write(s.join("kubelet-standin.py"), KUBELET_STANDIN).unwrap();
+    // The drop-in's ExecStart runs /usr/bin/kubelet with the kubelet's flags: in the
+    // container (a volatile overlay of the host root) that is the stand-in.
+    let standin = format!(
+        "printf '#!/bin/sh\\nexec /usr/bin/python3 {}/kubelet-standin.py {healthz}\\n' >/usr/bin/kubelet && chmod 755 /usr/bin/kubelet && printf '[Unit]\\nDescription=kubelet stand-in\\n[Service]\\nExecStart=/usr/bin/kubelet\\n' >/etc/systemd/system/kubelet.service && systemctl daemon-reload",
+        s.display()
+    );
+    assert!(c.exec(&["sh", "-c", &standin]).await.0);
     let (_, kubelet) = c
         .exec(&[
             "systemctl",
             "show",
             "kubelet",
             "-p",
-            "Requires,After,Environment,ExecStart",
+            "Wants,Requires,BindsTo,After,Environment,ExecStart",
         ])
         .await;
     for want in [
@@ -404,11 +441,21 @@ async fn bootlet_service_under_a_real_systemd() {
         assert!(kubelet.contains(want), "kubelet lacks {want:?}:\n{kubelet}");
     }
     assert!(!kubelet.contains("bootstrap-kubeconfig"), "{kubelet}");
-    for key in ["Requires=", "After="] {
+    let names_bootlet = |key: &str| {
+        kubelet.lines().any(|l| {
+            l.starts_with(key) && l.split_whitespace().any(|u| u.ends_with("bootlet.service"))
+        })
+    };
+    for key in ["Wants=", "After="] {
         assert!(
-            kubelet.lines().any(|l| l.starts_with(key)
-                && l.split_whitespace().any(|u| u.ends_with("bootlet.service"))),
+            names_bootlet(key),
             "kubelet lacks {key}bootlet.service:\n{kubelet}"
+        );
+    }
+    for key in ["Requires=", "BindsTo="] {
+        assert!(
+            !names_bootlet(key),
+            "kubelet's lifetime is bound to bootlet ({key}):\n{kubelet}"
         );
     }
     let (_, unit) = c.exec(&["systemctl", "cat", "bootlet"]).await;
@@ -417,8 +464,10 @@ async fn bootlet_service_under_a_real_systemd() {
         "{unit}"
     );
 
-    // 1. activating while the CSR waits for a human, with the approve command in STATUS.
-    c.systemctl(&["start", "--no-block", "bootlet"]).await;
+    // 1. `systemctl start kubelet` pulls bootlet in; bootlet is activating while the CSR
+    // waits for a human (the approve command in STATUS), and the kubelet waits for it.
+    c.exec(&["systemctl", "start", "--no-block", "kubelet"])
+        .await;
     let csr = wait_event(&mut events, |e| match e {
         Event::CsrCreated { name, .. } => Some(name.clone()),
         _ => None,
@@ -436,6 +485,11 @@ async fn bootlet_service_under_a_real_systemd() {
     )
     .await;
     assert_eq!(c.show("ActiveState").await, "activating");
+    assert_eq!(
+        c.show_unit("kubelet", "ActiveState").await,
+        "inactive",
+        "the kubelet started before bootlet was ready"
+    );
     let status = c
         .exec(&["systemctl", "status", "--no-pager", "bootlet"])
         .await
@@ -446,18 +500,49 @@ async fn bootlet_service_under_a_real_systemd() {
     );
     assert_eq!(c.read(CERT).await, None);
 
-    // 2. active once the certificate and the first Lease exist.
+    // 2. Approval: bootlet is ready on its certificate alone, the kubelet starts after it,
+    // and once the kubelet answers /healthz the Lease is written.
     tp.approve(&csr).unwrap();
-    c.until("active", Duration::from_secs(15), move || async move {
-        (c.show("ActiveState").await == "active").then_some(())
+    c.until("both active", Duration::from_secs(15), move || async move {
+        (c.show("ActiveState").await == "active"
+            && c.show_unit("kubelet", "ActiveState").await == "active")
+            .then_some(())
     })
     .await;
     let cert = c.read(CERT).await.expect("active without a certificate");
     assert!(cert.contains("BEGIN CERTIFICATE"));
+    let ready_at: u64 = c
+        .show("ActiveEnterTimestampMonotonic")
+        .await
+        .parse()
+        .unwrap();
+    let kubelet_at: u64 = c
+        .show_unit("kubelet", "ActiveEnterTimestampMonotonic")
+        .await
+        .parse()
+        .unwrap();
     assert!(
-        tp.lease("kube-node-lease", NODE).is_some(),
-        "active without a Lease"
+        kubelet_at >= ready_at,
+        "kubelet started before bootlet was ready"
     );
+    wait_event(&mut events, |e| match e {
+        Event::LeaseCreated { name, .. } | Event::LeaseRenewed { name, .. } => {
+            (name == NODE).then_some(())
+        }
+        _ => None,
+    })
+    .await;
+    c.until(
+        "the Lease in STATUS",
+        Duration::from_secs(10),
+        move || async move {
+            c.show("StatusText")
+                .await
+                .contains("lease renewed at")
+                .then_some(())
+        },
+    )
+    .await;
     let status = c.systemctl(&["status", "bootlet"]).await;
     assert!(status.contains("client cert valid until"), "{status}");
     // Structured fields through the native journal protocol.
@@ -466,8 +551,26 @@ async fn bootlet_service_under_a_real_systemd() {
     assert!(by_field.contains("waiting for approval"), "{by_field}");
     eprintln!("active after {:?}", started.elapsed());
 
+    // A restart of bootlet (an upgrade, a config change) leaves the kubelet alone.
+    let kubelet_pid = c.show_unit("kubelet", "MainPID").await;
+    let kubelet_since = c.show_unit("kubelet", "ActiveEnterTimestamp").await;
+    let bootlet_pid = c.show("MainPID").await;
+    c.systemctl(&["restart", "bootlet"]).await;
+    assert_eq!(c.show("ActiveState").await, "active");
+    assert_ne!(
+        c.show("MainPID").await,
+        bootlet_pid,
+        "bootlet was not restarted"
+    );
+    assert_eq!(c.show_unit("kubelet", "MainPID").await, kubelet_pid);
+    assert_eq!(
+        c.show_unit("kubelet", "ActiveEnterTimestamp").await,
+        kubelet_since
+    );
+    assert_eq!(c.show_unit("kubelet", "ActiveState").await, "active");
+
     // 3. reload re-reads the file: the log level and the Lease cadence apply live.
-    write_config(s, "500ms", "verbosity: 1\n");
+    write_config(s, "500ms", &format!("{probe}verbosity: 1\n"));
     let copy = format!("cp {}/bootlet.yaml /etc/bootlet/config.yaml", s.display());
     assert!(c.exec(&["sh", "-c", &copy]).await.0);
     c.systemctl(&["reload", "bootlet"]).await;
