@@ -22,6 +22,11 @@ const WATCH_SECONDS: u64 = 300;
 const WATCH_TIMEOUT: Duration = Duration::from_secs(WATCH_SECONDS);
 /// A watch silent for longer than its own timeout plus a margin is dead: re-watch.
 const WATCH_IDLE: Duration = Duration::from_secs(WATCH_SECONDS + 30);
+/// Every re-watch and relist waits at least this long (jittered, doubling while streams end
+/// without an event, up to `REWATCH_MAX`): a watch the server or a proxy closes at once, or
+/// a 410 on every watch, must not become a request loop.
+const REWATCH_MIN: Duration = Duration::from_secs(1);
+const REWATCH_MAX: Duration = Duration::from_secs(30);
 
 /// Why waiting on a CSR ended without a certificate.
 #[derive(Debug, thiserror::Error)]
@@ -198,6 +203,8 @@ async fn watch_until_decided(
     let selector = format!("fieldSelector=metadata.name%3D{name}");
     let mut tracker = ApprovalTracker::new(opts.not_issued_warning);
     on_pending(Pending::AwaitingApproval);
+    let mut rewatch = Backoff::new(REWATCH_MIN, REWATCH_MAX, 0.2).expect("constant bounds");
+    let mut empty_streams = 0u32;
     // `None`: list first (at start and after a 410); `Some(rv)`: watch from rv.
     let mut version: Option<String> = None;
     loop {
@@ -207,7 +214,9 @@ async fn watch_until_decided(
                 retrying("listing the CSR", retry, || client.get(&path))
                     .await
                     .map_err(api)?;
-            let Some(csr) = list.items.first() else {
+            // By name, not position: a server (or proxy) that ignores the selector is no
+            // reason to judge another CSR.
+            let Some(csr) = list.items.iter().find(|c| ours(name, c)) else {
                 return Err(CsrError::Deleted { name: name.into() });
             };
             if let Some(v) = tracker.observe(csr, on_pending) {
@@ -229,9 +238,25 @@ async fn watch_until_decided(
         match step {
             Ok(Step::Decided(v)) => return Ok(v),
             Ok(Step::Deleted) => return Err(CsrError::Deleted { name: name.into() }),
-            Ok(Step::Ended) => version = Some(last),
+            // A stream resumes from the last version seen. Two empty streams in a row told
+            // us nothing (a proxy cutting every watch at once would leave us blind until
+            // --csr-timeout): list again for the current state.
+            Ok(Step::Ended { delivered }) => {
+                if delivered {
+                    rewatch.reset();
+                    empty_streams = 0;
+                } else {
+                    empty_streams += 1;
+                }
+                tokio::time::sleep(rewatch.next_delay()).await;
+                version = (empty_streams < 2).then_some(last);
+                if version.is_none() {
+                    empty_streams = 0;
+                }
+            }
             Err(e) if e.is_gone() => {
                 tracing::debug!(csr = %name, "watch history expired (410); relisting");
+                tokio::time::sleep(rewatch.next_delay()).await;
                 version = None;
             }
             Err(e) if e.is_retryable() => {
@@ -248,7 +273,15 @@ enum Step {
     Decided(Verdict),
     Deleted,
     /// The server closed the stream or it went idle: resume from the last version.
-    Ended,
+    /// `delivered`: the stream carried at least one event before it ended.
+    Ended {
+        delivered: bool,
+    },
+}
+
+/// Whether `csr` is the one we wait for: events about any other object are ignored.
+fn ours(name: &str, csr: &CertificateSigningRequest) -> bool {
+    csr.metadata.name.as_deref() == Some(name)
 }
 
 /// Read one watch stream until the CSR is decided or the stream ends, keeping `last`
@@ -261,6 +294,7 @@ async fn follow(
     opts: &WaitOptions,
     on_pending: &mut (dyn FnMut(Pending) + Send),
 ) -> Result<Step, apiserver::Error> {
+    let mut delivered = false;
     loop {
         let event = tokio::select! {
             event = stream.next() => event?,
@@ -270,21 +304,25 @@ async fn follow(
                 continue;
             }
         };
+        delivered |= event.is_some();
         match event {
             Some(WatchEvent::Added(csr) | WatchEvent::Modified(csr)) => {
                 if let Some(rv) = &csr.metadata.resource_version {
                     last.clone_from(rv);
                 }
+                if !ours(name, &csr) {
+                    continue;
+                }
                 if let Some(v) = tracker.observe(&csr, on_pending) {
                     return Ok(Step::Decided(v));
                 }
             }
-            Some(WatchEvent::Deleted(_)) => return Ok(Step::Deleted),
+            Some(WatchEvent::Deleted(csr)) if ours(name, &csr) => return Ok(Step::Deleted),
             Some(WatchEvent::Bookmark {
                 resource_version, ..
             }) => *last = resource_version,
             Some(_) => {}
-            None => return Ok(Step::Ended),
+            None => return Ok(Step::Ended { delivered }),
         }
     }
 }

@@ -339,6 +339,85 @@ async fn the_approval_wait_resumes_dropped_watches_and_relists_after_410() {
     assert_eq!(tp.csrs().len(), 1);
 }
 
+#[tokio::test]
+async fn a_watch_closed_at_once_is_retried_after_a_floor_and_the_approval_still_arrives() {
+    let tp = manual_plane().await;
+    tp.faults().close_watches(true);
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let mut events = tp.events();
+    let agent = Agent::spawn(&args(&node, "node-closed", &[]));
+    let name = wait_event(&mut events, |e| match e {
+        Event::CsrCreated { name, .. } => Some(name.clone()),
+        _ => None,
+    })
+    .await;
+    agent.wait_for_log("waiting for approval").await;
+    // A 5 s window under the persistent fault: re-watches wait a jittered 1 s, doubling,
+    // so at most 1 + 2 + 4 s fit (before the fix: a request loop, thousands).
+    let (lists, watches) = (csr_requests(&tp, false), csr_requests(&tp, true));
+    let log_lines = agent.log().lines().count();
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (lists, watches) = (
+        csr_requests(&tp, false) - lists,
+        csr_requests(&tp, true) - watches,
+    );
+    assert!(
+        (1..=4).contains(&watches) && lists <= 4,
+        "{watches} watches and {lists} lists in 5 s"
+    );
+    let noisy = agent
+        .log()
+        .lines()
+        .skip(log_lines)
+        .filter(|l| l.contains("WARN") || l.contains("ERROR") || l.contains(" INFO "))
+        .count();
+    assert!(
+        noisy <= 1,
+        "{noisy} info-or-louder lines in 5 s:\n{}",
+        agent.log()
+    );
+    // An empty stream tells nothing: the agent lists again, so it still sees the approval.
+    tp.approve(&name).unwrap();
+    agent.wait_for_log("client certificate installed").await;
+    let (status, _) = agent.terminate().await;
+    assert!(status.success());
+}
+
+#[tokio::test]
+async fn watch_events_about_another_csr_are_ignored() {
+    let tp = manual_plane().await;
+    // A server (or proxy) that drops the field selector: each agent sees every CSR.
+    tp.faults().watch_ignores_selectors(true);
+    let mut events = tp.events();
+    let other = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let other_agent = Agent::spawn(&args(&other, "node-other", &[]));
+    let other_csr = next_csr(&mut events).await;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let agent = Agent::spawn(&args(&node, "node-mine", &[]));
+    let mine = next_csr(&mut events).await;
+    agent.wait_for_log("waiting for approval").await;
+    wait_until(|| csr_requests(&tp, true) >= 2).await;
+    tp.deny(&other_csr, "NotThisOne").unwrap();
+    other_agent.wait_for_log("was denied").await;
+    tp.approve(&mine).unwrap();
+    agent.wait_for_log("client certificate installed").await;
+    let (status, log) = agent.terminate().await;
+    assert!(status.success());
+    assert!(
+        !log.contains("denied") && !log.contains("NotThisOne"),
+        "judged by another CSR's verdict:\n{log}"
+    );
+    other_agent.terminate().await;
+}
+
+async fn next_csr(events: &mut tokio::sync::broadcast::Receiver<Event>) -> String {
+    wait_event(events, |e| match e {
+        Event::CsrCreated { name, .. } => Some(name.clone()),
+        _ => None,
+    })
+    .await
+}
+
 /// Poll the testplane's request log (it has no event for "a watch was opened").
 async fn wait_until(mut cond: impl FnMut() -> bool) {
     tokio::time::timeout(support::WAIT, async {

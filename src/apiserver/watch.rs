@@ -22,7 +22,7 @@ pub struct EventStream<T> {
     client: ApiClient,
     path: String,
     body: Body,
-    buf: Vec<u8>,
+    lines: LineBuf,
     idle: Duration,
     _kind: PhantomData<fn() -> T>,
 }
@@ -45,22 +45,29 @@ impl<T: DeserializeOwned> EventStream<T> {
             client: client.clone(),
             path,
             body: Box::pin(resp.bytes_stream()),
-            buf: Vec::new(),
+            lines: LineBuf::new(client.inner.opts.max_body),
             idle,
             _kind: PhantomData,
         })
     }
 
     /// The next event; `Ok(None)` when the stream ended or went idle (re-watch from the
-    /// last resourceVersion). An `ERROR` event comes back as `Err(Error::Api)`.
+    /// last resourceVersion). An `ERROR` event comes back as `Err(Error::Api)`, and a line
+    /// longer than the client's body cap as `Err(Error::TooLarge)`.
     pub async fn next(&mut self) -> Result<Option<WatchEvent<T>>, Error> {
         loop {
-            if let Some(pos) = self.buf.iter().position(|b| *b == b'\n') {
-                let line: Vec<u8> = self.buf.drain(..=pos).collect();
+            while let Some(line) = self.lines.take_line() {
                 if line.iter().all(u8::is_ascii_whitespace) {
                     continue;
                 }
                 return self.decode(&line).map(Some);
+            }
+            if self.lines.overflowed() {
+                return Err(Error::TooLarge {
+                    method: Method::GET,
+                    path: self.path.clone(),
+                    limit: self.lines.limit,
+                });
             }
             match tokio::time::timeout(self.idle, self.body.next()).await {
                 Err(_) => {
@@ -81,7 +88,7 @@ impl<T: DeserializeOwned> EventStream<T> {
                         source: source.into(),
                     });
                 }
-                Ok(Some(Ok(chunk))) => self.buf.extend_from_slice(&chunk),
+                Ok(Some(Ok(chunk))) => self.lines.push(&chunk),
             }
         }
     }
@@ -107,5 +114,89 @@ impl<T: DeserializeOwned> EventStream<T> {
             }),
             other => Ok(other),
         }
+    }
+}
+
+/// The bytes of a watch stream cut into lines: each byte is scanned for a newline once, and
+/// a line that grows past `limit` (the client's body cap) is an error, not unbounded memory.
+struct LineBuf {
+    buf: Vec<u8>,
+    /// How much of `buf` is known to hold no newline.
+    scanned: usize,
+    limit: usize,
+}
+
+// === impl LineBuf ===
+
+impl LineBuf {
+    fn new(limit: usize) -> Self {
+        Self {
+            buf: Vec::new(),
+            scanned: 0,
+            limit,
+        }
+    }
+
+    fn push(&mut self, chunk: &[u8]) {
+        self.buf.extend_from_slice(chunk);
+    }
+
+    /// The first complete line (with its newline), if one is buffered.
+    fn take_line(&mut self) -> Option<Vec<u8>> {
+        match self.buf[self.scanned..].iter().position(|b| *b == b'\n') {
+            Some(pos) => {
+                let end = self.scanned + pos;
+                self.scanned = 0;
+                Some(self.buf.drain(..=end).collect())
+            }
+            None => {
+                self.scanned = self.buf.len();
+                None
+            }
+        }
+    }
+
+    /// An unfinished line is longer than the cap: stop reading this stream.
+    fn overflowed(&self) -> bool {
+        self.buf.len() > self.limit
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lines_split_across_chunks_and_each_byte_is_scanned_once() {
+        let mut lines = LineBuf::new(1024);
+        lines.push(b"{\"type\":");
+        assert_eq!(lines.take_line(), None);
+        assert_eq!(lines.scanned, 8, "the scanned prefix is remembered");
+        lines.push(b"\"ADDED\"}\n{\"ty");
+        assert_eq!(
+            lines.take_line().as_deref(),
+            Some(&b"{\"type\":\"ADDED\"}\n"[..])
+        );
+        assert_eq!(lines.take_line(), None);
+        assert_eq!(lines.scanned, 4);
+        lines.push(b"pe\":1}\n\n");
+        assert_eq!(lines.take_line().as_deref(), Some(&b"{\"type\":1}\n"[..]));
+        assert_eq!(lines.take_line().as_deref(), Some(&b"\n"[..]));
+        assert_eq!(lines.take_line(), None);
+        assert!(!lines.overflowed());
+    }
+
+    #[test]
+    fn a_line_longer_than_the_body_cap_overflows() {
+        let mut lines = LineBuf::new(16);
+        lines.push(&[b'x'; 16]);
+        assert_eq!(lines.take_line(), None);
+        assert!(!lines.overflowed(), "exactly the cap is allowed");
+        lines.push(b"x");
+        assert_eq!(lines.take_line(), None);
+        assert!(
+            lines.overflowed(),
+            "a server streaming one endless line is cut off"
+        );
     }
 }

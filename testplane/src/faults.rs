@@ -26,6 +26,8 @@ struct Inner {
     skew_secs: i64,
     lease_conflict_once: bool,
     watch_drop_after: Option<usize>,
+    close_watches: bool,
+    watch_ignores_selectors: bool,
 }
 
 /// The live fault switches, read by every request.
@@ -78,9 +80,18 @@ impl FaultState {
         std::mem::take(&mut self.lock().lease_conflict_once)
     }
 
-    /// The event budget of the next watch, consumed.
+    /// The event budget of the next watch, consumed (zero for every watch while
+    /// `close_watches` is on).
     pub fn take_watch_drop(&self) -> Option<usize> {
-        self.lock().watch_drop_after.take()
+        let mut g = self.lock();
+        if g.close_watches {
+            return Some(0);
+        }
+        g.watch_drop_after.take()
+    }
+
+    pub fn watch_ignores_selectors(&self) -> bool {
+        self.lock().watch_ignores_selectors
     }
 }
 
@@ -176,6 +187,18 @@ impl Faults {
     /// The next watch closes its stream after sending `n` events.
     pub fn watch_drop_after(&self, n: usize) {
         self.with(|i| i.watch_drop_after = Some(n));
+    }
+
+    /// While on, every watch ends as soon as it opens, before any event (a proxy that
+    /// cuts long requests).
+    pub fn close_watches(&self, on: bool) {
+        self.with(|i| i.close_watches = on);
+    }
+
+    /// While on, watches send every object of their kind, whatever their field selector
+    /// asked for (a server or proxy that drops the selector).
+    pub fn watch_ignores_selectors(&self, on: bool) {
+        self.with(|i| i.watch_ignores_selectors = on);
     }
 
     pub fn expire_token(&self, id: &str) -> Result<(), Error> {

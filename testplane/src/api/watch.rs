@@ -26,6 +26,9 @@ fn line(ty: &str, object: &Value) -> Bytes {
 
 pub fn serve(ctx: &Ctx, kind: Kind, ns: &str, name: &str) -> Result<Resp, ApiError> {
     let mut filter = field_filter(ctx)?;
+    if ctx.shared.faults.watch_ignores_selectors() {
+        filter.clear();
+    }
     if !name.is_empty() {
         filter.push(("name".into(), name.into()));
     }
