@@ -26,7 +26,10 @@ pub async fn run(settings: Settings) -> Result<(), Error> {
     let mut signals = shutdown::stop_signals();
     let mut hangups = shutdown::hangups();
 
-    let bootstrap = Bootstrap::new(&settings, health.clone(), ClientOptions::default());
+    // Under systemd (NOTIFY_SOCKET), a bootstrap kubeconfig that is not there yet is waited
+    // for; by hand, its absence is the contract's one-line error and a non-zero exit.
+    let bootstrap = Bootstrap::new(&settings, health.clone(), ClientOptions::default())
+        .wait_for_bootstrap_kubeconfig(std::env::var_os("NOTIFY_SOCKET").is_some());
     let span = tracing::info_span!("bootstrap", node = %settings.node_name);
     let creds = tokio::select! {
         creds = bootstrap.run().instrument(span) => creds?,

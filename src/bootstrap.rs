@@ -21,6 +21,9 @@ use crate::pki::{CertInfo, NodeKey, PkiError, PrivateKeyPem};
 pub enum State {
     /// Nothing checked yet.
     Starting,
+    /// No valid certificate, and the bootstrap kubeconfig is not there yet (cloud-init
+    /// writes it after boot); only under systemd, where exiting would end in `failed`.
+    AwaitingBootstrapKubeconfig { path: PathBuf },
     /// Creating (or adopting) the CSR.
     Filing { csr: String },
     /// The CSR is filed and not yet approved.
@@ -83,12 +86,39 @@ pub enum BootstrapError {
     },
 }
 
+// === impl BootstrapError ===
+
+impl BootstrapError {
+    /// The signer's side said no to this CSR (Denied, Failed, a certificate we refused, a
+    /// name held by another request): retrying at once changes nothing, so the contract's
+    /// back-off applies (at least 1 min, doubling, capped at 1 h, jittered).
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            BootstrapError::Denied { .. }
+                | BootstrapError::Failed { .. }
+                | BootstrapError::Refused { .. }
+                | BootstrapError::Csr(CsrError::NameTaken { .. })
+        )
+    }
+
+    /// Waiting for approval ran out of time; the pending key (and its CSR) stay for the
+    /// next attempt to adopt.
+    pub fn is_approval_timeout(&self) -> bool {
+        matches!(self, BootstrapError::Csr(CsrError::Timeout { .. }))
+    }
+}
+
 // === impl State ===
 
 impl State {
     pub fn status_line(&self, now: SystemTime) -> String {
         match self {
             State::Starting => "starting: looking for a valid client certificate".into(),
+            State::AwaitingBootstrapKubeconfig { path } => format!(
+                "no valid client certificate; waiting for the bootstrap kubeconfig {} to appear",
+                path.display()
+            ),
             State::Filing { csr } => format!("filing CSR {csr}"),
             State::WaitingApproval { csr, since } => format!(
                 "waiting for approval of CSR {csr} for {} — approve with: kubectl certificate approve {csr}",
@@ -138,11 +168,16 @@ pub(crate) fn check_installed(
     })
 }
 
+/// How often a missing bootstrap kubeconfig is looked for (one `stat`).
+const BOOTSTRAP_KUBECONFIG_POLL: Duration = Duration::from_secs(2);
+
 /// Runs bootstrap with the settings it needs.
 pub struct Bootstrap<'a> {
     settings: &'a Settings,
     health: Health,
     api: ClientOptions,
+    /// Wait for a missing bootstrap kubeconfig instead of failing (see [`Bootstrap::wait_for_bootstrap_kubeconfig`]).
+    wait_for_file: bool,
 }
 
 // === impl Bootstrap ===
@@ -153,7 +188,19 @@ impl<'a> Bootstrap<'a> {
             settings,
             health,
             api,
+            wait_for_file: false,
         }
+    }
+
+    /// With no valid certificate and no bootstrap kubeconfig *file* yet, wait for it (with
+    /// a STATUS= line saying so) instead of exiting. The agent turns this on under systemd:
+    /// a file that cloud-init writes late would otherwise use up the unit's restart limit
+    /// and leave it `failed` (systemd 252 has no `RestartSteps=`). A file that is there but
+    /// unusable still fails at once.
+    #[must_use]
+    pub fn wait_for_bootstrap_kubeconfig(mut self, yes: bool) -> Self {
+        self.wait_for_file = yes;
+        self
     }
 
     /// Reuse a valid certificate or bootstrap until one is installed. Fails only when it
@@ -169,6 +216,13 @@ impl<'a> Bootstrap<'a> {
         loop {
             match self.attempt(&dir).await {
                 Ok(creds) => return Ok(creds),
+                Err(BootstrapError::NoBootstrap {
+                    source: KubeconfigError::Missing { path },
+                    ..
+                }) if first && self.wait_for_file => {
+                    self.await_file(path).await;
+                    continue;
+                }
                 Err(e @ BootstrapError::NoBootstrap { .. }) if first => return Err(e),
                 Err(e) => {
                     let delay = attempts.next_delay();
@@ -182,6 +236,17 @@ impl<'a> Bootstrap<'a> {
             }
             first = false;
         }
+    }
+
+    /// Until `path` exists: one warning, the reason in STATUS=, a `stat` every 2 s.
+    async fn await_file(&self, path: PathBuf) {
+        tracing::warn!(path = %path.display(), "no valid client certificate and no bootstrap kubeconfig yet; waiting for the file");
+        self.health
+            .set_bootstrap(State::AwaitingBootstrapKubeconfig { path: path.clone() });
+        while !path.exists() {
+            tokio::time::sleep(BOOTSTRAP_KUBECONFIG_POLL).await;
+        }
+        tracing::info!(path = %path.display(), "the bootstrap kubeconfig appeared");
     }
 
     /// The installed certificate, if it is valid for this node, key and cluster.
@@ -264,7 +329,13 @@ impl<'a> Bootstrap<'a> {
         self.health
             .set_bootstrap(State::Filing { csr: name.clone() });
         tracing::info!(csr = %name, identity = %client.identity(), "requesting a client certificate");
-        csr::file(client, &key, &s.node_name, &mut retry).await?;
+        if let Err(e) = csr::file(client, &key, &s.node_name, &mut retry).await {
+            if matches!(e, CsrError::NameTaken { .. }) {
+                // The same key would name the same foreign CSR again: start over with a new one.
+                dir.remove_pending_key()?;
+            }
+            return Err(e.into());
+        }
         tracing::info!(csr = %name, timeout = %health::human(wait_limit), "waiting for approval (approve with: kubectl certificate approve {name})");
         let since = SystemTime::now();
         let health = self.health.clone();
@@ -304,11 +375,8 @@ impl<'a> Bootstrap<'a> {
                     message,
                 });
             }
-            Err(e @ CsrError::Timeout { .. }) => {
-                // Give up on this CSR: the next attempt files a new one with a fresh key.
-                dir.remove_pending_key()?;
-                return Err(e.into());
-            }
+            // A timeout keeps the pending key: the next attempt adopts the same CSR (an
+            // approval may still come) instead of filing another.
             Err(e) => return Err(e.into()),
         };
         let info = match verify::verify_issued(

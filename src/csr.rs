@@ -130,7 +130,7 @@ pub async fn file(
             if existing.spec.signer_name == pki::SIGNER_NAME
                 && pki::csr_matches_key(&existing.spec.request.0, key, node)
             {
-                tracing::info!(csr = %name, "adopted the CSR a previous run filed");
+                tracing::info!(csr = %name, "adopted the CSR filed earlier for this key");
                 Ok(name)
             } else {
                 Err(CsrError::NameTaken { name })

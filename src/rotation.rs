@@ -18,7 +18,12 @@ use crate::pki::files::CertDir;
 use crate::shutdown::Shutdown;
 use crate::ticker::Ticker;
 
-/// Longest wait between retries of a failed rotation.
+/// Retries of a rotation that failed on the way (a 5xx, a dropped connection, an approval
+/// timeout) start here and double up to `MAX_RETRY`, and are never later than a tenth of
+/// the remaining lifetime, nor sooner than `MIN_RETRY`. Refusals (Denied, Failed, a
+/// certificate we refused) and every attempt after expiry use the contract's CSR back-off
+/// instead (`Settings::csr_backoff`: at least 1 min, doubling, capped at 1 h).
+const MIN_RETRY: Duration = Duration::from_secs(1);
 const MAX_RETRY: Duration = Duration::from_secs(300);
 /// Without rotation, warn once this much of the lifetime has passed.
 const WARN_FRACTION: f64 = 0.9;
@@ -131,14 +136,25 @@ impl Rotation<'_> {
             }
         };
         let mut at = self.schedule(&creds);
-        let mut retry = Backoff::new(Duration::from_secs(1), MAX_RETRY, 0.2).expect("valid bounds");
+        let mut retry = Backoff::new(MIN_RETRY, MAX_RETRY, 0.2).expect("valid bounds");
+        let mut refusals = self.settings.csr_backoff();
         let mut next_try = at;
+        // Bootstrap was tried since this certificate expired (once at expiry, then backed off).
+        let mut fell_back = false;
+        // A rotation CSR timed out and its pending key was kept for the next rotation.
+        let mut rotation_key_left = false;
         let mut warned = false;
         let mut seen = None;
         let mut ticker = Ticker::new();
         loop {
             let now = SystemTime::now();
-            let wake = next_try
+            // Expiry is a deadline of its own: the first fallback to bootstrap happens then,
+            // even while a refused rotation backs off.
+            let due = next_try.map(|t| match fell_back {
+                false => t.min(creds.cert.not_after),
+                true => t,
+            });
+            let wake = due
                 .map(|t| t.duration_since(now).unwrap_or_default())
                 .unwrap_or(Duration::MAX)
                 .min(check_every(&creds));
@@ -154,9 +170,11 @@ impl Rotation<'_> {
                 at = self.schedule(&creds);
                 next_try = at;
                 retry.reset();
+                refusals.reset();
+                (fell_back, rotation_key_left) = (false, false);
                 continue;
             }
-            let Some(due) = next_try else {
+            let Some(due) = due else {
                 self.without_rotation(&creds, now, &mut warned);
                 continue;
             };
@@ -168,7 +186,17 @@ impl Rotation<'_> {
             self.health
                 .beat(TASK, self.settings.csr_timeout + 2 * BEAT_SLACK);
             let result = if expired {
-                tracing::error!(serial = %creds.cert.serial, "the client certificate expired before it was rotated; falling back to the bootstrap kubeconfig");
+                if !fell_back {
+                    tracing::error!(serial = %creds.cert.serial, "the client certificate expired before it was rotated; falling back to the bootstrap kubeconfig");
+                }
+                fell_back = true;
+                if std::mem::take(&mut rotation_key_left) {
+                    // That CSR was filed by the node and may never be approved (no
+                    // selfnodeclient approval): the token files a fresh one.
+                    if let Err(e) = dir.remove_pending_key() {
+                        tracing::warn!(error = %report(&e), "cannot remove the pending rotation key");
+                    }
+                }
                 self.bootstrap.attempt(&dir).await
             } else {
                 tracing::info!(serial = %creds.cert.serial, "rotating the client certificate");
@@ -191,12 +219,18 @@ impl Rotation<'_> {
                     at = self.schedule(&creds);
                     next_try = at;
                     retry.reset();
+                    refusals.reset();
+                    (fell_back, rotation_key_left) = (false, false);
                 }
                 Err(e) => {
-                    let remaining = creds.cert.not_after.duration_since(now).unwrap_or_default();
-                    let delay = retry
-                        .next_delay()
-                        .min((remaining / 10).max(Duration::from_secs(1)));
+                    rotation_key_left |= !expired && e.is_approval_timeout();
+                    let delay = if expired || e.is_refusal() {
+                        refusals.next_delay()
+                    } else {
+                        let remaining =
+                            creds.cert.not_after.duration_since(now).unwrap_or_default();
+                        retry.next_delay().min(remaining / 10).max(MIN_RETRY)
+                    };
                     self.report_failure(&e, expired, delay);
                     next_try = Some(SystemTime::now() + delay);
                 }

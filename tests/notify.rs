@@ -382,3 +382,37 @@ async fn ready_with_a_valid_certificate_while_the_server_is_down_then_the_lease_
     let (status, log) = agent.terminate().await;
     assert!(status.success(), "{log}");
 }
+
+/// Under systemd a bootstrap kubeconfig that cloud-init writes late is waited for with a
+/// STATUS= line (exiting would use up the restart limit and leave the unit `failed`).
+#[tokio::test]
+async fn under_systemd_a_late_bootstrap_kubeconfig_is_waited_for() {
+    let tp = plane(Approval::Auto).await;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    std::fs::remove_file(&node.bootstrap).unwrap();
+    let mut notify = NotifySocket::bind();
+    let agent = Agent::spawn_env(
+        &args(&node, "n-late", &[]),
+        &[("NOTIFY_SOCKET", &notify.env())],
+    );
+    let (_, status) = notify
+        .until("the waiting STATUS", |l| {
+            l.starts_with("STATUS=") && l.contains("waiting for the bootstrap kubeconfig")
+        })
+        .await;
+    assert!(status.contains("bootstrap-kubelet.conf"), "{status}");
+    agent
+        .wait_for_log("no bootstrap kubeconfig yet; waiting for the file")
+        .await;
+    assert!(!notify.any_seen("READY=1"));
+    std::fs::write(&node.bootstrap, tp.bootstrap_kubeconfig()).unwrap();
+    notify.until("READY=1", |l| l == "READY=1").await;
+    assert!(node.current().exists());
+    let (status, log) = agent.terminate().await;
+    assert!(status.success(), "{log}");
+    assert_eq!(
+        log.matches("waiting for the file").count(),
+        1,
+        "one line while waiting, not one per poll:\n{log}"
+    );
+}

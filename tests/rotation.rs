@@ -319,3 +319,123 @@ async fn a_server_clock_far_from_ours_is_reported_once() {
     // Once per client (the bootstrap client and then the certificate's client), not per request.
     assert!(log.matches("ahead of this node's").count() <= 3, "{log}");
 }
+
+/// Regression: once the certificate expired with rotation denied and the token dead, the
+/// fallback ran every second (`max(remaining/10, 1 s)` is 1 s at zero): measured 29 CSR
+/// requests and 61 warning-or-error lines in the 30 s after expiry. Now the contract's
+/// back-off (at least 1 min) applies after any refusal and after expiry.
+#[tokio::test]
+async fn after_expiry_with_rotation_denied_and_a_dead_token_the_agent_backs_off() {
+    let tp = plane(6).await;
+    let token = tp.create_token(Some(Duration::from_secs(3600)));
+    let node = NodeDir::new(&tp.kubeconfig_for_token(&token));
+    let mut events = tp.events();
+    let mut a = node.args("expired-denied");
+    a.extend(["--lease-renew-interval", "10s"].map(String::from));
+    let agent = Agent::spawn(&a);
+    next_issued(&mut events).await;
+    agent.wait_for_log("client certificate installed").await;
+    let (_, not_after) = window(&node);
+    tp.set_approval(Approval::Deny {
+        reason: "NoRenewals".into(),
+    });
+    tp.delete_token(token.split('.').next().unwrap()).unwrap();
+    agent
+        .wait_for_log("rotation failed; the current certificate stays in use")
+        .await;
+
+    // The window: the 30 s after expiry.
+    let until_expiry = not_after
+        .duration_since(SystemTime::now())
+        .unwrap_or_default();
+    tokio::time::sleep(until_expiry).await;
+    let (requests, lines) = (tp.requests().len(), agent.log().lines().count());
+    agent
+        .wait_for_log("falling back to the bootstrap kubeconfig")
+        .await;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    let window: Vec<_> = tp.requests().into_iter().skip(requests).collect();
+    let is_csr = |r: &&testplane::RequestRecord| r.path.contains("certificatesigningrequests");
+    let csr_posts = window
+        .iter()
+        .filter(is_csr)
+        .filter(|r| r.method == "POST")
+        .count();
+    let other = window
+        .iter()
+        .filter(|r| !r.path.contains("/leases/") && !r.path.contains("/leases?"))
+        .count();
+    let leases = window.len() - other;
+    let log = agent.log();
+    let loud: Vec<&str> = log
+        .lines()
+        .skip(lines)
+        .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+        .collect();
+    assert!(
+        csr_posts <= 1,
+        "{csr_posts} CSR requests in 30 s:\n{window:#?}"
+    );
+    assert!(
+        other <= 2,
+        "{other} non-Lease requests in 30 s:\n{window:#?}"
+    );
+    assert!(leases <= 4, "{leases} Lease requests at a 10 s interval");
+    assert!(
+        loud.len() <= 4,
+        "{} warning/error lines in 30 s:\n{}",
+        loud.len(),
+        loud.join("\n")
+    );
+    eprintln!(
+        "30 s after expiry: {csr_posts} CSR POSTs, {other} non-Lease requests, {leases} Lease requests, {} warning/error lines",
+        loud.len()
+    );
+    let retry = log
+        .lines()
+        .rev()
+        .find(|l| l.contains("no usable identity"))
+        .expect("the failed fallback is reported");
+    let retry_in = retry
+        .split("retry_in=")
+        .nth(1)
+        .and_then(|v| v.split_whitespace().next())
+        .unwrap_or_default();
+    assert!(
+        retry_in.contains('m') || retry_in.contains('h'),
+        "the next attempt is minutes away, not seconds: {retry}"
+    );
+    assert_eq!(
+        tp.csrs().len(),
+        2,
+        "the bootstrap CSR and one denied rotation CSR"
+    );
+    let (status, _) = agent.terminate().await;
+    assert!(status.success());
+}
+
+/// Regression: a rotation that timed out waiting for approval threw its key away, so every
+/// retry filed another CSR. Now the key stays and the next attempt adopts the same CSR.
+#[tokio::test]
+async fn a_rotation_that_times_out_keeps_its_key_and_adopts_the_same_csr() {
+    let tp = plane(8).await;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let mut events = tp.events();
+    let agent = Agent::spawn(&args(&node, "timeout", &["--csr-timeout", "1s"]));
+    next_csr(&mut events).await;
+    next_issued(&mut events).await;
+    tp.set_approval(Approval::Manual);
+    let (name, user, _) = next_csr(&mut events).await;
+    assert_eq!(user, "system:node:timeout");
+    agent.wait_for_log("was not approved within").await;
+    agent.wait_for_log("adopted the CSR filed earlier").await;
+    tp.approve(&name).unwrap();
+    agent.wait_for_log("client certificate rotated").await;
+    let (status, log) = agent.terminate().await;
+    assert!(status.success(), "{log}");
+    assert_eq!(
+        tp.csrs().len(),
+        2,
+        "bootstrap CSR + one rotation CSR, adopted after its timeout"
+    );
+}
