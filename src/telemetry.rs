@@ -55,7 +55,7 @@ pub fn init(format: LogFormat, verbosity: u8) {
     };
     let (filter, handle) = reload::Layer::new(filter);
     let layer = tracing_subscriber::fmt::layer()
-        .fmt_fields(OneLineFields::default())
+        .fmt_fields(OneLineFields)
         .with_writer(std::io::stderr);
     let layer = match format {
         LogFormat::Json => layer.json().boxed(),
