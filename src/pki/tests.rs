@@ -48,7 +48,7 @@ fn csr_name_is_deterministic_per_key_and_node() {
 }
 
 /// `openssl ec -in FIXED_KEY`: the same key in the SEC1 form the kubelet writes.
-const FIXED_KEY_SEC1: &str = "-----BEGIN EC PRIVATE KEY-----
+pub(crate) const FIXED_KEY_SEC1: &str = "-----BEGIN EC PRIVATE KEY-----
 MHcCAQEEIFX2lyeq30cy2GVl3AfN2KhxQGYqFca4HeEV7qGMgTnNoAoGCCqGSM49
 AwEHoUQDQgAEl8cDj2EmNNRxebnvehbUZEULA1C5NDtW51j3KG6Gb34ZyjJd79az
 p4NuNv/ptU6b73ad78+moDYpvMaO8T/WiA==
