@@ -176,3 +176,33 @@ fn negative_timestamps_map_before_the_epoch() {
     assert_eq!(to_system_time(-10), UNIX_EPOCH - Duration::from_secs(10));
     assert_eq!(to_system_time(10), UNIX_EPOCH + Duration::from_secs(10));
 }
+
+#[test]
+fn cert_info_debug_fingerprints_the_public_key_instead_of_dumping_it() {
+    let spki = fixed_key().public_key_der();
+    let info = CertInfo {
+        serial: "0a1b".into(),
+        subject_cn: "system:node:n1".into(),
+        subject_o: vec![NODE_GROUP.into()],
+        issuer: "CN=kubernetes".into(),
+        not_before: UNIX_EPOCH,
+        not_after: UNIX_EPOCH + Duration::from_secs(60),
+        spki_der: spki.clone(),
+        client_auth: true,
+    };
+    let debug = format!("{info:?}");
+    let bytes = format!("{spki:?}");
+    let hex: String = spki.iter().map(|b| format!("{b:02x}")).collect();
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&spki);
+    for body in [&bytes[1..40], &hex[..40], &b64[..40]] {
+        assert!(!debug.contains(body), "{debug}");
+    }
+    assert!(debug.contains("serial: \"0a1b\""), "{debug}");
+    // `openssl pkey -in FIXED_KEY -pubout -outform DER | sha256sum`.
+    assert!(
+        debug.contains(
+            "spki_sha256: \"86f6229fdf8984993f74f3386c01a5be0b043a4ce93bf0d979d755d32f5245c4\""
+        ),
+        "{debug}"
+    );
+}
