@@ -467,7 +467,7 @@ async fn bootlet_service_under_a_real_systemd() {
     eprintln!("active after {:?}", started.elapsed());
 
     // 3. reload re-reads the file: the log level and the Lease cadence apply live.
-    write_config(s, "500ms", "verbosity: 1\n");
+    write_config(s, "2s", "verbosity: 1\n");
     let copy = format!("cp {}/bootlet.yaml /etc/bootlet/config.yaml", s.display());
     assert!(c.exec(&["sh", "-c", &copy]).await.0);
     c.systemctl(&["reload", "bootlet"]).await;
