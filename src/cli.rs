@@ -148,6 +148,11 @@ pub struct Flags {
     /// the systemd watchdog restarts a wedged agent. Flag only; no config file key.
     #[arg(long, value_name = "DUR", value_parser = parse_duration, hide = true)]
     pub test_wedge_lease_after: Option<Duration>,
+
+    /// Test only: lets `--lease-renew-interval` go below its 1 s floor, so integration tests
+    /// see many renewals quickly. Flag only; no config file key.
+    #[arg(long, hide = true)]
+    pub test_short_lease_interval: bool,
 }
 
 /// Parses `args` (including the program name). `Err` carries clap's message, and for

@@ -60,6 +60,22 @@ pub const DEFAULT_LOG_FORMAT: LogFormat = LogFormat::Text;
 /// Info level: state transitions only (rule 15).
 pub const DEFAULT_VERBOSITY: u8 = 0;
 
+/// The floor of `leaseRenewInterval`: faster renewals only load the API server, whose
+/// node lifecycle controller waits 40-50 s for a heartbeat anyway.
+pub const MIN_LEASE_RENEW_INTERVAL: Duration = Duration::from_secs(1);
+/// The cap of `leaseRenewInterval` and `leaseDuration`: a heartbeat slower than an hour is
+/// none (the node goes NotReady after 40-50 s without one).
+pub const MAX_LEASE_TIMING: Duration = Duration::from_secs(3600);
+/// The cap of the CSR timings (`csrTimeout`, `csrBackoffMin`/`Max`, `csrNotIssuedWarning`):
+/// kube-controller-manager deletes a CSR still pending after 24 h, so waiting longer waits
+/// on nothing.
+pub const MAX_CSR_TIMING: Duration = Duration::from_secs(24 * 3600);
+/// The cap of `leaseOwnerLookupInterval`: a day; the Node normally appears within minutes.
+pub const MAX_LEASE_OWNER_LOOKUP_INTERVAL: Duration = Duration::from_secs(24 * 3600);
+/// The cap of `shutdownGrace`: systemd's stop timeout (10 s in bootlet.service) kills the
+/// agent long before; five minutes leaves room for a drop-in that raises it.
+pub const MAX_SHUTDOWN_GRACE: Duration = Duration::from_secs(300);
+
 /// The YAML config file: every flag's camelCase key, all optional. Durations are Go-style
 /// strings (`10s`), booleans YAML booleans. Relative paths are relative to the file's folder.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -105,25 +121,30 @@ pub struct Settings {
     pub renew_lease: bool,
     /// An http(s) URL, when set.
     pub lease_health_probe: Option<String>,
+    /// In [1 s, 1 h] (the floor is lower only with the test flag).
     pub lease_renew_interval: Duration,
-    /// Whole seconds, longer than `lease_renew_interval`.
+    /// Whole seconds, longer than `lease_renew_interval`, at most 1 h.
     pub lease_duration: Duration,
+    /// In (0, 24 h].
     pub csr_timeout: Duration,
     /// `None` means `off`.
     pub metrics_bind_address: Option<SocketAddr>,
     /// At least 1.
     pub keep_certificates: usize,
     pub allow_insecure_kubeconfig: bool,
-    /// `0 < csr_backoff_min <= csr_backoff_max`.
+    /// `0 < csr_backoff_min <= csr_backoff_max <= 24 h`.
     pub csr_backoff_min: Duration,
     pub csr_backoff_max: Duration,
+    /// In (0, 24 h].
     pub csr_not_issued_warning: Duration,
+    /// In (0, 24 h].
     pub lease_owner_lookup_interval: Duration,
-    /// May be zero.
+    /// In [0, 5 min].
     pub shutdown_grace: Duration,
     pub log_format: LogFormat,
     pub verbosity: u8,
     /// Test only (`--test-wedge-lease-after`, no file key): wedge the Lease loop after this.
+    /// Only compared with elapsed time, so it needs no cap.
     pub test_wedge_lease_after: Option<Duration>,
 }
 

@@ -13,6 +13,8 @@ const HOUR: Duration = Duration::from_secs(3600);
 
 fn args(node: &NodeDir, name: &str, interval: &str, extra: &[&str]) -> Vec<String> {
     let mut a = node.args(name);
+    // Sub-second intervals see many renewals quickly; below 1 s needs this test switch.
+    a.push("--test-short-lease-interval".into());
     a.extend(
         ["--lease-renew-interval", interval]
             .iter()

@@ -202,6 +202,8 @@ async fn sighup_reloads_the_config_live_and_keeps_running_on_a_bad_file() {
     std::fs::write(&config, "leaseRenewInterval: 1s\nleaseDuration: 5s\n").unwrap();
     let mut a = node.args("n-reload");
     a.extend(["--config".into(), support::path(&config)]);
+    // The reload below switches to a 500 ms cadence, under the 1 s floor.
+    a.push("--test-short-lease-interval".into());
     let mut notify = NotifySocket::bind();
     // No RUST_LOG, so the file's verbosity sets the level.
     let agent = Agent::spawn_env(&a, &[("NOTIFY_SOCKET", &notify.env()), ("RUST_LOG", "")]);

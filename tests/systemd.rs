@@ -570,7 +570,7 @@ async fn bootlet_service_under_a_real_systemd() {
     assert_eq!(c.show_unit("kubelet", "ActiveState").await, "active");
 
     // 3. reload re-reads the file: the log level and the Lease cadence apply live.
-    write_config(s, "500ms", &format!("{probe}verbosity: 1\n"));
+    write_config(s, "2s", &format!("{probe}verbosity: 1\n"));
     let copy = format!("cp {}/bootlet.yaml /etc/bootlet/config.yaml", s.display());
     assert!(c.exec(&["sh", "-c", &copy]).await.0);
     c.systemctl(&["reload", "bootlet"]).await;
@@ -686,4 +686,108 @@ fn nix_is_root() -> bool {
         .find_map(|l| l.strip_prefix("Uid:"))
         .and_then(|v| v.split_whitespace().nth(1).map(|e| e == "0"))
         .unwrap_or(false)
+}
+
+/// The shipped unit's sandbox, probed from inside: bootlet.service with only its
+/// ExecStart replaced (a drop-in) by a shell script that tries to read a control-plane
+/// node's secrets and to write a static pod, then reports each attempt in the journal.
+/// Every other line of the unit (ExecStartPre, mounts, user namespace, capabilities) is
+/// the shipped one, so this is the sandbox bootlet itself runs in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sandbox_hides_control_plane_keys_and_static_pods() {
+    let started = Instant::now();
+    assert!(
+        nix_is_root(),
+        "the systemd e2e test needs root (systemd-nspawn); run it as root, as .ci/run does"
+    );
+    let share = tempfile::Builder::new()
+        .prefix("sandbox-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    let s = share.path();
+    std::fs::write(s.join("bootstrap-kubelet.conf"), "# placeholder\n").unwrap();
+    write_config(s, "10s", "");
+    write_test_dropin(s);
+    let probe = s.join("probe.sh");
+    std::fs::write(
+        &probe,
+        r#"try() { if "$@" >/dev/null 2>&1; then echo "probe: allowed: $*"; else echo "probe: denied: $*"; fi; }
+try cat /etc/kubernetes/pki/ca.key
+try cat /etc/kubernetes/pki/etcd/ca.key
+try ls /etc/kubernetes/pki/etcd
+try cat /etc/kubernetes/admin.conf
+try cat /etc/kubernetes/super-admin.conf
+try cat /etc/kubernetes/pki/ca.crt
+try cat /etc/kubernetes/bootstrap-kubelet.conf
+try touch /etc/kubernetes/manifests/static.yaml
+try touch /etc/kubernetes/pki/new.key
+try touch /etc/kubernetes/kubelet.conf.probe
+try touch /var/lib/kubelet/pki/probe
+echo "probe: done"
+"#,
+    )
+    .unwrap();
+    std::fs::write(
+        s.join("bootlet.service.d/70-probe.conf"),
+        format!(
+            "[Service]\nType=oneshot\nExecStart=\nExecStart=/bin/sh {}\n",
+            probe.display()
+        ),
+    )
+    .unwrap();
+    let name = format!(
+        "bs-{}-{}",
+        std::process::id(),
+        started.elapsed().subsec_nanos() % 100_000
+    );
+    let container = Container::boot(&name, s).await;
+    let c = &container;
+    install(c, s).await;
+    // A control-plane node's files; no manifests/ yet (the unit must make it, read-only).
+    let seed = "mkdir -p /etc/kubernetes/pki/etcd && rm -rf /etc/kubernetes/manifests \
+        && for f in pki/ca.key pki/etcd/ca.key admin.conf super-admin.conf pki/ca.crt; do \
+        echo secret >/etc/kubernetes/$f; done";
+    let (ok, out) = c.exec(&["sh", "-c", seed]).await;
+    assert!(ok, "seeding /etc/kubernetes: {out}");
+
+    c.systemctl(&["start", "bootlet"]).await;
+    let journal = c
+        .until("the probe", Duration::from_secs(15), move || async move {
+            let j = c.journal(&[]).await;
+            j.contains("probe: done").then_some(j)
+        })
+        .await;
+    for want in [
+        "denied: cat /etc/kubernetes/pki/ca.key",
+        "denied: cat /etc/kubernetes/pki/etcd/ca.key",
+        "denied: ls /etc/kubernetes/pki/etcd",
+        "denied: cat /etc/kubernetes/admin.conf",
+        "denied: cat /etc/kubernetes/super-admin.conf",
+        "denied: touch /etc/kubernetes/manifests/static.yaml",
+        "denied: touch /etc/kubernetes/pki/new.key",
+        // What bootlet needs stays usable.
+        "allowed: cat /etc/kubernetes/pki/ca.crt",
+        "allowed: cat /etc/kubernetes/bootstrap-kubelet.conf",
+        "allowed: touch /etc/kubernetes/kubelet.conf.probe",
+        "allowed: touch /var/lib/kubelet/pki/probe",
+    ] {
+        assert!(
+            journal.contains(&format!("probe: {want}")),
+            "{want}:\n{journal}"
+        );
+    }
+    assert_eq!(c.show("Result").await, "success");
+    // Outside the sandbox: manifests/ was made (0700, as kubeadm makes it), and the
+    // host's files are untouched.
+    let (_, mode) = c
+        .exec(&["stat", "-c", "%a", "/etc/kubernetes/manifests"])
+        .await;
+    assert_eq!(mode.trim(), "700");
+    assert_eq!(
+        c.read("/etc/kubernetes/pki/ca.key").await.as_deref(),
+        Some("secret\n")
+    );
+    assert_eq!(c.read("/etc/kubernetes/manifests/static.yaml").await, None);
+    eprintln!("sandbox probed in {:?}", started.elapsed());
+    drop(container);
 }

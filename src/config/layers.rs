@@ -18,7 +18,12 @@ impl Settings {
         flags: &Flags,
     ) -> Result<Settings, ConfigError> {
         let (settings, at) = Settings::layer(file, flags)?;
-        settings.validate(&at)?;
+        let renew_floor = if flags.test_short_lease_interval {
+            POSITIVE
+        } else {
+            MIN_LEASE_RENEW_INTERVAL
+        };
+        settings.validate(&at, renew_floor)?;
         Ok(settings)
     }
 
@@ -134,8 +139,9 @@ impl Settings {
         Ok((s, at))
     }
 
-    /// The cross-field and range checks, once, after layering.
-    fn validate(&self, at: &Layers<'_>) -> Result<(), ConfigError> {
+    /// The cross-field and range checks, once, after layering. Every duration has a floor
+    /// and a cap, so no sum, product or `Instant` made from one can overflow.
+    fn validate(&self, at: &Layers<'_>, renew_floor: Duration) -> Result<(), ConfigError> {
         let s = self;
         let fail = |key: &'static str, problem: String| Err(at.bad(key, problem));
         if !is_dns1123_subdomain(&s.node_name) {
@@ -173,23 +179,50 @@ impl Settings {
         if let Some(Err(problem)) = s.lease_health_probe.as_deref().map(check_probe_url) {
             return fail("leaseHealthProbe", problem);
         }
-        for (key, value) in [
-            ("leaseRenewInterval", s.lease_renew_interval),
-            ("leaseDuration", s.lease_duration),
-            ("csrTimeout", s.csr_timeout),
-            ("csrBackoffMin", s.csr_backoff_min),
-            ("csrNotIssuedWarning", s.csr_not_issued_warning),
-            ("leaseOwnerLookupInterval", s.lease_owner_lookup_interval),
+        for (key, value, min, max) in [
+            (
+                "leaseRenewInterval",
+                s.lease_renew_interval,
+                renew_floor,
+                MAX_LEASE_TIMING,
+            ),
+            (
+                "leaseDuration",
+                s.lease_duration,
+                POSITIVE,
+                MAX_LEASE_TIMING,
+            ),
+            ("csrTimeout", s.csr_timeout, POSITIVE, MAX_CSR_TIMING),
+            ("csrBackoffMin", s.csr_backoff_min, POSITIVE, MAX_CSR_TIMING),
+            ("csrBackoffMax", s.csr_backoff_max, POSITIVE, MAX_CSR_TIMING),
+            (
+                "csrNotIssuedWarning",
+                s.csr_not_issued_warning,
+                POSITIVE,
+                MAX_CSR_TIMING,
+            ),
+            (
+                "leaseOwnerLookupInterval",
+                s.lease_owner_lookup_interval,
+                POSITIVE,
+                MAX_LEASE_OWNER_LOOKUP_INTERVAL,
+            ),
+            (
+                "shutdownGrace",
+                s.shutdown_grace,
+                Duration::ZERO,
+                MAX_SHUTDOWN_GRACE,
+            ),
         ] {
-            if value.is_zero() {
-                return fail(key, "must be greater than 0".into());
+            if let Err(problem) = within(value, min, max) {
+                return fail(key, problem);
             }
         }
-        if s.lease_duration.subsec_nanos() != 0 || s.lease_duration.as_secs() > i32::MAX as u64 {
+        if s.lease_duration.subsec_nanos() != 0 {
             return fail(
                 "leaseDuration",
                 format!(
-                    "must be whole seconds that fit spec.leaseDurationSeconds (int32), got {}",
+                    "must be whole seconds (spec.leaseDurationSeconds), got {}",
                     format_duration(s.lease_duration)
                 ),
             );
@@ -221,6 +254,31 @@ impl Settings {
         }
         Ok(())
     }
+}
+
+/// The floor of a duration that must not be zero.
+const POSITIVE: Duration = Duration::from_nanos(1);
+
+/// `value` in [`min`, `max`], or the problem in words.
+fn within(value: Duration, min: Duration, max: Duration) -> Result<(), String> {
+    if value < min {
+        return Err(match min {
+            POSITIVE => "must be greater than 0".into(),
+            min => format!(
+                "must be at least {}, got {}",
+                format_duration(min),
+                format_duration(value)
+            ),
+        });
+    }
+    if value > max {
+        return Err(format!(
+            "must be at most {}, got {}",
+            format_duration(max),
+            format_duration(value)
+        ));
+    }
+    Ok(())
 }
 
 fn parse_metrics_address(s: &str) -> Result<Option<SocketAddr>, String> {

@@ -322,7 +322,10 @@ fn lease_duration_must_outlast_the_interval() {
         "{e}"
     );
     assert!(err(None, &["--lease-duration=40.5s"]).contains("whole seconds"));
-    assert!(err(None, &["--lease-duration=1000000h"]).contains("int32"));
+    assert_eq!(
+        err(None, &["--lease-duration=1000000h"]),
+        "--lease-duration: must be at most 1h, got 1000000h"
+    );
     assert!(settings(None, &["--lease-duration=11s"]).is_ok());
 }
 
@@ -413,4 +416,127 @@ fn keys_map_to_flags() {
     assert_eq!(flag_for_key("leaseRenewInterval"), "--lease-renew-interval");
     assert_eq!(flag_for_key("kubeconfig"), "--kubeconfig");
     assert_eq!(flag_for_key("verbosity"), "-v");
+}
+
+#[test]
+fn the_lease_renew_interval_is_at_least_one_second() {
+    assert_eq!(
+        err(None, &["--lease-renew-interval=500ms"]),
+        "--lease-renew-interval: must be at least 1s, got 500ms"
+    );
+    assert_eq!(
+        err(Some("leaseRenewInterval: 999ms\nleaseDuration: 2s\n"), &[]),
+        "/etc/bootlet.yaml: leaseRenewInterval: must be at least 1s, got 999ms"
+    );
+    let s = settings(None, &["--lease-renew-interval=1s", "--lease-duration=2s"]).unwrap();
+    assert_eq!(s.lease_renew_interval, Duration::from_secs(1));
+    // Only the hidden test switch lowers the floor, and never to zero.
+    let short = ["--test-short-lease-interval", "--lease-duration=1s"];
+    let s = settings(
+        None,
+        &[&short[..], &["--lease-renew-interval=100ms"]].concat(),
+    )
+    .unwrap();
+    assert_eq!(s.lease_renew_interval, Duration::from_millis(100));
+    assert_eq!(
+        err(None, &[&short[..], &["--lease-renew-interval=0"]].concat()),
+        "--lease-renew-interval: must be greater than 0"
+    );
+}
+
+#[test]
+fn every_duration_has_a_cap_named_by_its_flag_or_key() {
+    for (args, message) in [
+        (
+            &["--lease-renew-interval=2h"][..],
+            "--lease-renew-interval: must be at most 1h, got 2h",
+        ),
+        (
+            &["--lease-duration=61m"],
+            "--lease-duration: must be at most 1h, got 1h1m",
+        ),
+        (
+            &["--csr-timeout=25h"],
+            "--csr-timeout: must be at most 24h, got 25h",
+        ),
+        (
+            &["--csr-backoff-min=25h"],
+            "--csr-backoff-min: must be at most 24h, got 25h",
+        ),
+        (
+            &["--csr-backoff-max=18446744073709551615s"],
+            "--csr-backoff-max: must be at most 24h, got 5124095576030431h15s",
+        ),
+        (
+            &["--csr-not-issued-warning=24h1s"],
+            "--csr-not-issued-warning: must be at most 24h, got 24h1s",
+        ),
+        (
+            &["--lease-owner-lookup-interval=48h"],
+            "--lease-owner-lookup-interval: must be at most 24h, got 48h",
+        ),
+        (
+            &["--shutdown-grace=301s"],
+            "--shutdown-grace: must be at most 5m, got 5m1s",
+        ),
+    ] {
+        assert_eq!(err(None, args), message, "{args:?}");
+    }
+    assert_eq!(
+        err(Some("csrBackoffMax: 1000000h\n"), &[]),
+        "/etc/bootlet.yaml: csrBackoffMax: must be at most 24h, got 1000000h"
+    );
+    assert_eq!(
+        err(Some("shutdownGrace: 1h\n"), &[]),
+        "/etc/bootlet.yaml: shutdownGrace: must be at most 5m, got 1h"
+    );
+}
+
+/// At every cap at once, the arithmetic the loops do with these durations stays finite:
+/// the CSR backoff (its `mul_f64` ceiling), deadlines as `Instant`/`SystemTime` sums, a
+/// doubled wait. (Before the caps, a huge `--csr-backoff-max` was accepted and made the
+/// first CSR backoff delay panic in `mul_f64`.)
+#[test]
+fn durations_at_their_caps_overflow_nothing() {
+    let s = settings(
+        None,
+        &[
+            "--lease-renew-interval=59m",
+            "--lease-duration=1h",
+            "--csr-timeout=24h",
+            "--csr-backoff-min=24h",
+            "--csr-backoff-max=24h",
+            "--csr-not-issued-warning=24h",
+            "--lease-owner-lookup-interval=24h",
+            "--shutdown-grace=5m",
+        ],
+    )
+    .unwrap();
+    let mut backoff = s.csr_backoff();
+    for _ in 0..70 {
+        let d = backoff.next_delay();
+        assert!(
+            d <= backoff.ceiling() && d <= Duration::from_secs(30 * 3600),
+            "{d:?}"
+        );
+    }
+    let now = tokio::time::Instant::now();
+    let system_now = std::time::SystemTime::now();
+    for d in [
+        s.lease_renew_interval,
+        s.lease_duration,
+        s.csr_timeout,
+        s.csr_backoff_max,
+        s.csr_not_issued_warning,
+        s.lease_owner_lookup_interval,
+        s.shutdown_grace,
+    ] {
+        let doubled = d.checked_mul(2).expect("2 × d fits");
+        assert!(now.checked_add(doubled).is_some(), "{d:?}");
+        assert!(system_now.checked_add(doubled).is_some(), "{d:?}");
+        assert!(
+            d.checked_mul(u32::MAX).is_some(),
+            "{d:?}: n × d for any renewal count n"
+        );
+    }
 }

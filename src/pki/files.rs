@@ -2,13 +2,18 @@
 //! key, 0600), the atomically swapped `kubelet-client-current.pem` symlink, the pending
 //! key, and `write_atomic` for every file bootlet writes. Does not validate certificates.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs;
 use std::io::{self, Write as _};
-use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
+use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use super::{split_pem, PrivateKeyPem};
+use super::{split_pem, NodeKey, PrivateKeyPem};
+
+pub use atomic::write_atomic;
+use atomic::{create_temp, is_temp_name, sync_dir, temp_name};
+
+mod atomic;
 
 /// The symlink the kubelet and kubelet.conf read.
 pub const CURRENT_FILE: &str = "kubelet-client-current.pem";
@@ -54,79 +59,16 @@ pub enum FilesError {
     NoPrivateKey { path: PathBuf },
     #[error("time {time:?} cannot be named as a UTC timestamp")]
     BadTime { time: SystemTime },
-}
-
-/// Writes `bytes` to `path` so a reader sees the old content or the new, never a mix:
-/// a temp file in the same directory (O_EXCL, `mode` from creation), write, fsync,
-/// chmod, rename over `path`, fsync the directory.
-pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), FilesError> {
-    let dir = parent(path)?;
-    let (tmp, mut file) = create_temp(path, mode)?;
-    let result = (|| {
-        let write_err = |source| FilesError::Write {
-            path: tmp.clone(),
-            source,
-        };
-        file.write_all(bytes).map_err(write_err)?;
-        file.sync_all().map_err(write_err)?;
-        // The umask may have removed bits from the creation mode; set it exactly.
-        file.set_permissions(fs::Permissions::from_mode(mode))
-            .map_err(|source| FilesError::Chmod {
-                path: tmp.clone(),
-                mode,
-                source,
-            })?;
-        fs::rename(&tmp, path).map_err(|source| FilesError::Rename {
-            path: path.to_path_buf(),
-            source,
-        })
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result?;
-    sync_dir(dir)
-}
-
-/// Creates `.NAME.tmp-RANDOM` beside `path` with O_EXCL and `mode`.
-fn create_temp(path: &Path, mode: u32) -> Result<(PathBuf, File), FilesError> {
-    let dir = parent(path)?;
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-    let name = name.ok_or_else(|| FilesError::NoParent {
-        path: path.to_path_buf(),
-    })?;
-    loop {
-        let tmp = dir.join(format!(".{name}.tmp-{:016x}", rand::random::<u64>()));
-        match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&tmp)
-        {
-            Ok(file) => return Ok((tmp, file)),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-            Err(source) => return Err(FilesError::Write { path: tmp, source }),
-        }
-    }
-}
-
-fn parent(path: &Path) -> Result<&Path, FilesError> {
-    match path.parent() {
-        Some(p) if p.as_os_str().is_empty() => Ok(Path::new(".")),
-        Some(p) => Ok(p),
-        None => Err(FilesError::NoParent {
-            path: path.to_path_buf(),
-        }),
-    }
-}
-
-fn sync_dir(dir: &Path) -> Result<(), FilesError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|source| FilesError::SyncDir {
-            path: dir.to_path_buf(),
-            source,
-        })
+    #[error("{path}: the cert dir is a symlink to {target}; refusing it (name the real directory as --cert-dir)", path = .path.display(), target = .target.display())]
+    Symlinked { path: PathBuf, target: PathBuf },
+    #[error("{path}: the cert dir is not a directory", path = .path.display())]
+    NotADirectory { path: PathBuf },
+    #[error("{path}: the cert dir is owned by uid {owner}, not by uid {euid} that bootlet runs as; refusing it (another user could swap the key files: chown {euid} the directory)", path = .path.display())]
+    NotOurs {
+        path: PathBuf,
+        owner: u32,
+        euid: u32,
+    },
 }
 
 /// The cert dir (`--cert-dir`), absolute, mode 0700.
@@ -138,25 +80,47 @@ pub struct CertDir {
 // === impl CertDir ===
 
 impl CertDir {
-    /// Creates `dir` (and parents) with mode 0700 if missing; tightens a looser mode.
+    /// Opens the cert dir: creates it (and parents) with mode 0700 if missing; refuses a
+    /// symlink or a directory owned by another uid than the process's effective one (root
+    /// in production); tightens a looser mode to 0700; removes the temp files a crash left
+    /// (`.*.tmp-RANDOM`). The caller is the only writer of the dir while it opens it.
     pub fn open(dir: &Path) -> Result<CertDir, FilesError> {
         let dir = std::path::absolute(dir).map_err(|source| FilesError::CreateDir {
             path: dir.to_path_buf(),
             source,
         })?;
-        fs::DirBuilder::new()
-            .recursive(true)
-            .mode(DIR_MODE)
-            .create(&dir)
-            .map_err(|source| FilesError::CreateDir {
-                path: dir.clone(),
-                source,
-            })?;
-        let meta = fs::metadata(&dir).map_err(|source| FilesError::CreateDir {
+        let create_err = |source| FilesError::CreateDir {
             path: dir.clone(),
             source,
-        })?;
-        if meta.permissions().mode() & 0o7777 != DIR_MODE {
+        };
+        let meta = match fs::symlink_metadata(&dir) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(DIR_MODE)
+                    .create(&dir)
+                    .map_err(create_err)?;
+                fs::symlink_metadata(&dir).map_err(create_err)?
+            }
+            meta => meta.map_err(create_err)?,
+        };
+        if meta.file_type().is_symlink() {
+            let target = fs::read_link(&dir).map_err(create_err)?;
+            return Err(FilesError::Symlinked { path: dir, target });
+        }
+        if !meta.is_dir() {
+            return Err(FilesError::NotADirectory { path: dir });
+        }
+        let euid = rustix::process::geteuid().as_raw();
+        if meta.uid() != euid {
+            return Err(FilesError::NotOurs {
+                path: dir,
+                owner: meta.uid(),
+                euid,
+            });
+        }
+        let mode = meta.permissions().mode() & 0o7777;
+        if mode != DIR_MODE {
             fs::set_permissions(&dir, fs::Permissions::from_mode(DIR_MODE)).map_err(|source| {
                 FilesError::Chmod {
                     path: dir.clone(),
@@ -164,8 +128,39 @@ impl CertDir {
                     source,
                 }
             })?;
+            tracing::info!(dir = %dir.display(), "cert dir mode {mode:04o} tightened to {DIR_MODE:04o}");
         }
-        Ok(CertDir { dir })
+        let cd = CertDir { dir };
+        cd.sweep_temps()?;
+        Ok(cd)
+    }
+
+    /// Removes crash leftovers: temp files and temp symlinks named by [`temp_name`].
+    fn sweep_temps(&self) -> Result<(), FilesError> {
+        let list_err = |source| FilesError::List {
+            path: self.dir.clone(),
+            source,
+        };
+        let mut removed = Vec::new();
+        for entry in fs::read_dir(&self.dir).map_err(list_err)? {
+            let entry = entry.map_err(list_err)?;
+            let name = entry.file_name();
+            let is_dir = entry.file_type().map_err(list_err)?.is_dir();
+            if is_dir || !name.to_str().is_some_and(is_temp_name) {
+                continue;
+            }
+            let path = self.dir.join(&name);
+            match fs::remove_file(&path) {
+                Ok(()) => removed.push(name.to_string_lossy().into_owned()),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(source) => return Err(FilesError::Remove { path, source }),
+            }
+        }
+        if !removed.is_empty() {
+            sync_dir(&self.dir)?;
+            tracing::info!(dir = %self.dir.display(), files = ?removed, "removed temp files left by an interrupted write");
+        }
+        Ok(())
     }
 
     /// The directory, absolute.
@@ -267,9 +262,7 @@ impl CertDir {
     fn point_current_at(&self, target: &Path) -> Result<(), FilesError> {
         let current = self.current_path();
         let tmp = loop {
-            let tmp = self
-                .dir
-                .join(format!("{CURRENT_FILE}.tmp-{:016x}", rand::random::<u64>()));
+            let tmp = self.dir.join(temp_name(CURRENT_FILE));
             match std::os::unix::fs::symlink(target, &tmp) {
                 Ok(()) => break tmp,
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
@@ -286,13 +279,33 @@ impl CertDir {
         sync_dir(&self.dir)
     }
 
-    /// The pending key of a CSR not yet issued, if one was stored.
+    /// The pending key of a CSR not yet issued, if one was stored. A pending key that is
+    /// the installed certificate's key (a kill between installing the certificate and
+    /// removing its pending key) is removed, never certified again: `None`.
     pub fn load_pending_key(&self) -> Result<Option<PrivateKeyPem>, FilesError> {
         let path = self.pending_key_path();
-        match fs::read_to_string(&path) {
-            Ok(text) => Ok(Some(PrivateKeyPem::new(text))),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-            Err(source) => Err(FilesError::Read { path, source }),
+        let pending = match fs::read_to_string(&path) {
+            Ok(text) => PrivateKeyPem::new(text),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(FilesError::Read { path, source }),
+        };
+        if self.is_current_key(&pending) {
+            self.remove_pending_key()?;
+            tracing::info!(path = %path.display(), "removed the pending key: the installed certificate is already issued for it (an install was interrupted before its cleanup)");
+            return Ok(None);
+        }
+        Ok(Some(pending))
+    }
+
+    /// Whether `key` has the public key of the key in `kubelet-client-current.pem`. A key
+    /// that does not parse, or a current file that does not read, is not the same key.
+    fn is_current_key(&self, key: &PrivateKeyPem) -> bool {
+        let Ok(Some((_, current))) = self.read_current() else {
+            return false;
+        };
+        match (NodeKey::from_pem(key), NodeKey::from_pem(&current)) {
+            (Ok(a), Ok(b)) => a.public_key_der() == b.public_key_der(),
+            _ => false,
         }
     }
 

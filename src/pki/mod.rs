@@ -222,8 +222,9 @@ pub fn csr_matches_key(csr_pem_or_der: &[u8], key: &NodeKey, node: &str) -> bool
         && csr.verify_signature().is_ok()
 }
 
-/// What a client certificate says about itself; safe to log (no key material).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// What a client certificate says about itself; safe to log (no key material). Debug
+/// shows the public key as a SHA-256 fingerprint, never its bytes.
+#[derive(Clone, PartialEq, Eq)]
 pub struct CertInfo {
     /// Serial number, lowercase hex of the DER integer bytes.
     pub serial: String,
@@ -265,6 +266,25 @@ impl CertInfo {
             spki_der: cert.public_key().raw.to_vec(),
             client_auth,
         }
+    }
+}
+
+impl fmt::Debug for CertInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let fingerprint: String = sha2::Sha256::digest(&self.spki_der)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        f.debug_struct("CertInfo")
+            .field("serial", &self.serial)
+            .field("subject_cn", &self.subject_cn)
+            .field("subject_o", &self.subject_o)
+            .field("issuer", &self.issuer)
+            .field("not_before", &self.not_before)
+            .field("not_after", &self.not_after)
+            .field("spki_sha256", &fingerprint)
+            .field("client_auth", &self.client_auth)
+            .finish()
     }
 }
 

@@ -48,7 +48,7 @@ fn csr_name_is_deterministic_per_key_and_node() {
 }
 
 /// `openssl ec -in FIXED_KEY`: the same key in the SEC1 form the kubelet writes.
-const FIXED_KEY_SEC1: &str = "-----BEGIN EC PRIVATE KEY-----
+pub(crate) const FIXED_KEY_SEC1: &str = "-----BEGIN EC PRIVATE KEY-----
 MHcCAQEEIFX2lyeq30cy2GVl3AfN2KhxQGYqFca4HeEV7qGMgTnNoAoGCCqGSM49
 AwEHoUQDQgAEl8cDj2EmNNRxebnvehbUZEULA1C5NDtW51j3KG6Gb34ZyjJd79az
 p4NuNv/ptU6b73ad78+moDYpvMaO8T/WiA==
@@ -175,4 +175,34 @@ fn parse_cert_chain_needs_a_certificate() {
 fn negative_timestamps_map_before_the_epoch() {
     assert_eq!(to_system_time(-10), UNIX_EPOCH - Duration::from_secs(10));
     assert_eq!(to_system_time(10), UNIX_EPOCH + Duration::from_secs(10));
+}
+
+#[test]
+fn cert_info_debug_fingerprints_the_public_key_instead_of_dumping_it() {
+    let spki = fixed_key().public_key_der();
+    let info = CertInfo {
+        serial: "0a1b".into(),
+        subject_cn: "system:node:n1".into(),
+        subject_o: vec![NODE_GROUP.into()],
+        issuer: "CN=kubernetes".into(),
+        not_before: UNIX_EPOCH,
+        not_after: UNIX_EPOCH + Duration::from_secs(60),
+        spki_der: spki.clone(),
+        client_auth: true,
+    };
+    let debug = format!("{info:?}");
+    let bytes = format!("{spki:?}");
+    let hex: String = spki.iter().map(|b| format!("{b:02x}")).collect();
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&spki);
+    for body in [&bytes[1..40], &hex[..40], &b64[..40]] {
+        assert!(!debug.contains(body), "{debug}");
+    }
+    assert!(debug.contains("serial: \"0a1b\""), "{debug}");
+    // `openssl pkey -in FIXED_KEY -pubout -outform DER | sha256sum`.
+    assert!(
+        debug.contains(
+            "spki_sha256: \"86f6229fdf8984993f74f3386c01a5be0b043a4ce93bf0d979d755d32f5245c4\""
+        ),
+        "{debug}"
+    );
 }

@@ -1,5 +1,6 @@
 //! Validate-before-publish for an issued client certificate: our key, our subject,
-//! clientAuth, a signature chain to the kubeconfig CA, and validity at `now`.
+//! clientAuth + digitalSignature and not a CA, a signature chain through valid CA
+//! intermediates to the kubeconfig CA, and validity at `now`.
 //! Pure (the clock is an argument); writing the files is `files`' job.
 
 use std::fmt;
@@ -31,6 +32,16 @@ pub enum VerifyError {
     UntrustedIssuer { issuer: String },
     #[error("certificate {serial} lacks the clientAuth extended key usage")]
     MissingClientAuth { serial: String },
+    #[error("certificate {serial} has a key usage extension without digitalSignature")]
+    MissingDigitalSignature { serial: String },
+    #[error("certificate {serial} is a CA certificate (basic constraints CA:true); a node's client certificate must not be one")]
+    LeafIsCa { serial: String },
+    #[error("intermediate CA {subject} in the issued chain is not valid now")]
+    Intermediate {
+        subject: String,
+        #[source]
+        source: Box<VerifyError>,
+    },
     #[error("certificate is not valid before {}, more than 5 minutes ahead of this node's clock (is the clock right? check `timedatectl`)", Rfc3339(*.not_before))]
     NotYetValid { not_before: SystemTime },
     #[error("certificate expired at {}", Rfc3339(*.not_after))]
@@ -65,7 +76,7 @@ pub fn verify_issued(
         });
     }
     let anchors = ca_certs(ca_pem)?;
-    if !chains_to(&ders, &anchors)? {
+    if !chains_to(&ders, &anchors, now)? {
         return Err(VerifyError::UntrustedIssuer {
             issuer: leaf.issuer.clone(),
         });
@@ -75,6 +86,7 @@ pub fn verify_issued(
             serial: leaf.serial.clone(),
         });
     }
+    check_leaf_constraints(&parse(ders[0])?, &leaf.serial)?;
     check_validity(leaf, now)?;
     Ok(leaf.clone())
 }
@@ -98,6 +110,33 @@ fn check_validity(info: &CertInfo, now: SystemTime) -> Result<(), VerifyError> {
     Ok(())
 }
 
+/// A key usage extension, when present, must allow digitalSignature (what an ECDSA key
+/// does in a TLS handshake); basic constraints, when present, must not say CA:true. A
+/// duplicated extension is a malformed certificate and fails the check.
+fn check_leaf_constraints(leaf: &X509Certificate<'_>, serial: &str) -> Result<(), VerifyError> {
+    let signs = match leaf.key_usage() {
+        Ok(None) => true,
+        Ok(Some(ku)) => ku.value.digital_signature(),
+        Err(_) => false,
+    };
+    if !signs {
+        return Err(VerifyError::MissingDigitalSignature {
+            serial: serial.to_string(),
+        });
+    }
+    let ca = match leaf.basic_constraints() {
+        Ok(None) => false,
+        Ok(Some(bc)) => bc.value.ca,
+        Err(_) => true,
+    };
+    if ca {
+        return Err(VerifyError::LeafIsCa {
+            serial: serial.to_string(),
+        });
+    }
+    Ok(())
+}
+
 fn ca_certs(ca_pem: &[u8]) -> Result<Vec<Vec<u8>>, VerifyError> {
     let text = String::from_utf8_lossy(ca_pem);
     let certs = parse_cert_chain(&text).map_err(VerifyError::MalformedCa)?;
@@ -105,8 +144,10 @@ fn ca_certs(ca_pem: &[u8]) -> Result<Vec<Vec<u8>>, VerifyError> {
 }
 
 /// Follows signatures from the leaf (`chain[0]`) through CA intermediates found in
-/// `chain[1..]` until one is signed by an anchor.
-fn chains_to(chain: &[&[u8]], anchors: &[Vec<u8>]) -> Result<bool, VerifyError> {
+/// `chain[1..]` until one is signed by an anchor. Each intermediate on the path must be
+/// valid at `now`; of several that fit a hop (a renewed intermediate beside its expired
+/// predecessor), a valid one is taken.
+fn chains_to(chain: &[&[u8]], anchors: &[Vec<u8>], now: SystemTime) -> Result<bool, VerifyError> {
     let anchors = anchors
         .iter()
         .map(|der| parse(der))
@@ -121,12 +162,30 @@ fn chains_to(chain: &[&[u8]], anchors: &[Vec<u8>]) -> Result<bool, VerifyError> 
         if anchors.iter().any(|a| signed_by(current, a)) {
             return Ok(true);
         }
-        match intermediates
+        let mut invalid = None;
+        let mut next = None;
+        for candidate in intermediates
             .iter()
-            .find(|i| i.is_ca() && signed_by(current, i))
+            .filter(|i| i.is_ca() && signed_by(current, i))
         {
-            Some(next) => current = next,
-            None => return Ok(false),
+            let info = CertInfo::from_x509(candidate);
+            match check_validity(&info, now) {
+                Ok(()) => {
+                    next = Some(candidate);
+                    break;
+                }
+                Err(e) => {
+                    invalid.get_or_insert(VerifyError::Intermediate {
+                        subject: candidate.subject().to_string(),
+                        source: Box::new(e),
+                    });
+                }
+            }
+        }
+        match (next, invalid) {
+            (Some(next), _) => current = next,
+            (None, Some(e)) => return Err(e),
+            (None, None) => return Ok(false),
         }
     }
     Ok(false)

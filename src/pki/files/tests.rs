@@ -201,3 +201,181 @@ fn timestamp_order_parses_only_timestamped_names() {
         assert_eq!(timestamp_order(bad), None, "{bad}");
     }
 }
+
+#[test]
+fn open_refuses_a_symlinked_cert_dir_naming_the_target() {
+    let root = tempfile::tempdir().unwrap();
+    let real = root.path().join("real");
+    fs::create_dir(&real).unwrap();
+    let link = root.path().join("pki");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let err = CertDir::open(&link).unwrap_err();
+    assert!(matches!(err, FilesError::Symlinked { .. }), "{err}");
+    let text = err.to_string();
+    assert!(
+        text.starts_with(&format!("{}: ", link.display()))
+            && text.contains(&format!("symlink to {}", real.display())),
+        "{text}"
+    );
+    // A dangling link is refused the same way, not followed and created.
+    fs::remove_dir(&real).unwrap();
+    assert!(matches!(
+        CertDir::open(&link),
+        Err(FilesError::Symlinked { .. })
+    ));
+    assert!(!real.exists());
+    // A regular file is not a cert dir.
+    let file = root.path().join("file");
+    fs::write(&file, "").unwrap();
+    assert!(matches!(
+        CertDir::open(&file),
+        Err(FilesError::NotADirectory { .. })
+    ));
+}
+
+#[test]
+fn open_refuses_a_cert_dir_owned_by_another_uid() {
+    let euid = rustix::process::geteuid().as_raw();
+    if euid != 0 {
+        // Only root can hand a directory to another uid; CI and this project's tests run
+        // as root (tests/systemd.rs needs it too), so this is not a silent pass there.
+        eprintln!("skipped: needs root to chown");
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("pki");
+    fs::create_dir(&dir).unwrap();
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+    std::os::unix::fs::chown(&dir, Some(4242), Some(4242)).unwrap();
+    let err = CertDir::open(&dir).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            FilesError::NotOurs {
+                owner: 4242,
+                euid: 0,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(
+        text.starts_with(&format!("{}: ", dir.display())) && text.contains("owned by uid 4242"),
+        "{text}"
+    );
+    // Nothing was changed on the refused dir.
+    assert_eq!(mode(&dir), 0o755);
+    std::os::unix::fs::chown(&dir, Some(0), Some(0)).unwrap();
+    CertDir::open(&dir).unwrap();
+    assert_eq!(mode(&dir), 0o700);
+}
+
+#[test]
+fn open_sweeps_temp_files_left_by_a_crash_and_nothing_else() {
+    let root = tempfile::tempdir().unwrap();
+    let cd = CertDir::open(root.path()).unwrap();
+    let current = cd
+        .install(CHAIN, &key(), at("2030-01-01T00:00:00Z"))
+        .unwrap();
+    cd.store_pending_key(&key()).unwrap();
+    // What a kill mid-write leaves: temp files of install and write_atomic, and a temp
+    // symlink of the current swap (today's dotted name and the older undotted one).
+    let dir = cd.path();
+    let leftovers = [
+        ".kubelet-client-2030-02-01-00-00-00.pem.tmp-0123456789abcdef",
+        ".kubelet-client.key.tmp.tmp-fedcba9876543210",
+        ".kubelet.conf.tmp-00000000ffffffff",
+    ];
+    for name in leftovers {
+        fs::write(dir.join(name), "-----BEGIN CERT").unwrap();
+    }
+    std::os::unix::fs::symlink(
+        &current,
+        dir.join(".kubelet-client-current.pem.tmp-aaaaaaaaaaaaaaaa"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(
+        "/nonexistent",
+        dir.join("kubelet-client-current.pem.tmp-bbbbbbbbbbbbbbbb"),
+    )
+    .unwrap();
+    // Not ours: kept.
+    let keep = [
+        ".hidden",
+        "notes.tmp-0123456789abcdef",
+        ".x.tmp-short",
+        ".x.tmp-0123456789abcdeg",
+    ];
+    for name in keep {
+        fs::write(dir.join(name), "x").unwrap();
+    }
+    fs::create_dir(dir.join(".d.tmp-0123456789abcdef")).unwrap();
+
+    let cd = CertDir::open(dir).unwrap();
+    let mut want: Vec<String> = keep.iter().map(|s| s.to_string()).collect();
+    want.extend(
+        [
+            ".d.tmp-0123456789abcdef",
+            "kubelet-client-2030-01-01-00-00-00.pem",
+            "kubelet-client-current.pem",
+            "kubelet-client.key.tmp",
+        ]
+        .map(String::from),
+    );
+    want.sort();
+    assert_eq!(names(cd.path()), want);
+    assert_eq!(fs::read_link(cd.current_path()).unwrap(), current);
+}
+
+#[test]
+fn temp_names_are_recognised() {
+    let made = temp_name("kubelet-client-current.pem");
+    assert!(
+        made.starts_with(".kubelet-client-current.pem.tmp-"),
+        "{made}"
+    );
+    assert!(is_temp_name(&made), "{made}");
+    assert!(is_temp_name(&temp_name("kubelet.conf")));
+    for not in [
+        "kubelet-client.key.tmp",
+        "kubelet-client-current.pem",
+        ".tmp-0123456789abcdef",
+        "x.tmp-0123456789abcdef",
+        ".x.tmp-0123456789abcde",
+    ] {
+        assert!(!is_temp_name(not), "{not}");
+    }
+}
+
+/// A kill after the certificate was installed but before its pending key was removed:
+/// the next load must not hand that key out to be certified again.
+#[test]
+fn a_pending_key_that_is_the_installed_key_is_removed_not_reused() {
+    let root = tempfile::tempdir().unwrap();
+    let cd = CertDir::open(root.path()).unwrap();
+    cd.store_pending_key(&key()).unwrap();
+    cd.install(CHAIN, &key(), at("2030-01-01T00:00:00Z"))
+        .unwrap();
+    assert!(cd.pending_key_path().exists());
+    assert_eq!(cd.load_pending_key().unwrap(), None);
+    assert!(!cd.pending_key_path().exists());
+
+    // The kubelet's SEC1 form of the same key in the current file counts as the same key.
+    let sec1 = crate::pki::tests::FIXED_KEY_SEC1;
+    fs::write(cd.current_path(), format!("{CHAIN}{sec1}")).unwrap();
+    cd.store_pending_key(&key()).unwrap();
+    assert_eq!(cd.load_pending_key().unwrap(), None);
+
+    // A different pending key (a rotation in flight) is kept.
+    let other = crate::pki::NodeKey::generate().unwrap().to_pem();
+    cd.store_pending_key(&other).unwrap();
+    assert_eq!(cd.load_pending_key().unwrap(), Some(other.clone()));
+    assert!(cd.pending_key_path().exists());
+    // As is any pending key when there is no current certificate, or it has no key.
+    fs::remove_file(cd.current_path()).unwrap();
+    cd.store_pending_key(&key()).unwrap();
+    assert_eq!(cd.load_pending_key().unwrap(), Some(key()));
+    fs::write(cd.current_path(), CHAIN).unwrap();
+    assert_eq!(cd.load_pending_key().unwrap(), Some(key()));
+}

@@ -23,6 +23,16 @@ impl TestCa {
     /// A CA certificate, self-signed or (for an intermediate) signed by `parent`.
     fn signed(cn: &str, parent: Option<&TestCa>) -> Self {
         let key = KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+        Self::issued(cn, parent, key, |_| {})
+    }
+
+    /// A CA certificate for `key`, valid 2020..2040 unless `edit` changes its params.
+    fn issued(
+        cn: &str,
+        parent: Option<&TestCa>,
+        key: KeyPair,
+        edit: impl FnOnce(&mut CertificateParams),
+    ) -> Self {
         let mut params = CertificateParams::default();
         let mut dn = DistinguishedName::new();
         dn.push(DnType::CommonName, cn);
@@ -34,6 +44,7 @@ impl TestCa {
         ];
         params.not_before = date_time_ymd(2020, 1, 1);
         params.not_after = date_time_ymd(2040, 1, 1);
+        edit(&mut params);
         let cert = match parent {
             None => params.self_signed(&key).unwrap(),
             Some(p) => params.signed_by(&key, &p.issuer).unwrap(),
@@ -42,6 +53,18 @@ impl TestCa {
             pem: cert.pem(),
             issuer: Issuer::new(params, key),
         }
+    }
+
+    /// This CA's key under subject `cn` (its own, for a renewed or expired copy of an
+    /// intermediate), issued by `parent` with `edit`ed params.
+    fn reissued(
+        &self,
+        cn: &str,
+        parent: &TestCa,
+        edit: impl FnOnce(&mut CertificateParams),
+    ) -> Self {
+        let key = KeyPair::from_pem(&self.issuer.key().serialize_pem()).unwrap();
+        Self::issued(cn, Some(parent), key, edit)
     }
 
     /// Signs `csr` for 2030-01-01..2030-04-01; `edit` may change the certificate params.
@@ -212,39 +235,133 @@ fn refuses_garbage() {
     assert!(matches!(err, VerifyError::MalformedCa(_)), "{err}");
 }
 
+/// `openssl verify -purpose sslclient` of `cert` at `now` against `ca`, with `untrusted`
+/// intermediates: (accepted, what openssl said).
+fn openssl_verify(ca: &str, untrusted: &str, cert: &str, now: SystemTime) -> (bool, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, body: &str| {
+        let path = dir.path().join(name);
+        std::fs::File::create(&path)
+            .and_then(|mut f| f.write_all(body.as_bytes()))
+            .unwrap();
+        path
+    };
+    let (ca_path, cert_path) = (file("ca.pem", ca), file("cert.pem", cert));
+    let attime = jiff::Timestamp::try_from(now)
+        .unwrap()
+        .as_second()
+        .to_string();
+    let mut cmd = Command::new("openssl");
+    cmd.args([
+        "verify",
+        "-purpose",
+        "sslclient",
+        "-attime",
+        &attime,
+        "-CAfile",
+    ])
+    .arg(&ca_path);
+    if !untrusted.is_empty() {
+        cmd.arg("-untrusted").arg(file("untrusted.pem", untrusted));
+    }
+    let out = cmd.arg(&cert_path).output().expect("openssl runs");
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success() && text.contains(": OK"), text)
+}
+
 /// STYLE rule 19: openssl agrees that an accepted certificate chains to the CA.
 #[test]
 fn openssl_verifies_an_accepted_cert() {
     let s = setup();
     let cert = s.ca.sign(&s.csr, |_| {});
     verify_issued(&cert, &s.key, NODE, s.ca.pem.as_bytes(), mid()).unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let (ca_path, cert_path) = (dir.path().join("ca.pem"), dir.path().join("cert.pem"));
-    std::fs::File::create(&ca_path)
-        .and_then(|mut f| f.write_all(s.ca.pem.as_bytes()))
-        .unwrap();
-    std::fs::File::create(&cert_path)
-        .and_then(|mut f| f.write_all(cert.as_bytes()))
-        .unwrap();
-    let attime = jiff::Timestamp::try_from(mid())
-        .unwrap()
-        .as_second()
-        .to_string();
-    let out = Command::new("openssl")
-        .args([
-            "verify",
-            "-purpose",
-            "sslclient",
-            "-attime",
-            &attime,
-            "-CAfile",
-        ])
-        .arg(&ca_path)
-        .arg(&cert_path)
-        .output()
-        .expect("openssl runs");
-    let text =
-        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{text}");
-    assert!(text.contains(": OK"), "{text}");
+    let (ok, text) = openssl_verify(&s.ca.pem, "", &cert, mid());
+    assert!(ok, "{text}");
+}
+
+#[test]
+fn refuses_a_leaf_that_is_a_ca() {
+    let s = setup();
+    let ca = s.ca.pem.as_bytes();
+    let cert = s.ca.sign(&s.csr, |p| {
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained)
+    });
+    let err = verify_issued(&cert, &s.key, NODE, ca, mid()).unwrap_err();
+    assert!(matches!(err, VerifyError::LeafIsCa { .. }), "{err}");
+    assert!(err.to_string().contains("CA:true"), "{err}");
+    // CA:false spelled out is fine.
+    let cert = s.ca.sign(&s.csr, |p| p.is_ca = IsCa::ExplicitNoCa);
+    verify_issued(&cert, &s.key, NODE, ca, mid()).unwrap();
+}
+
+#[test]
+fn refuses_a_key_usage_without_digital_signature() {
+    let s = setup();
+    let ca = s.ca.pem.as_bytes();
+    let cert = s.ca.sign(&s.csr, |p| {
+        p.key_usages = vec![KeyUsagePurpose::KeyEncipherment]
+    });
+    let err = verify_issued(&cert, &s.key, NODE, ca, mid()).unwrap_err();
+    assert!(
+        matches!(err, VerifyError::MissingDigitalSignature { .. }),
+        "{err}"
+    );
+    // No key usage extension at all restricts nothing (RFC 5280 4.2.1.3).
+    let cert = s.ca.sign(&s.csr, |p| p.key_usages.clear());
+    verify_issued(&cert, &s.key, NODE, ca, mid()).unwrap();
+    let cert = s.ca.sign(&s.csr, |p| {
+        p.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ]
+    });
+    verify_issued(&cert, &s.key, NODE, ca, mid()).unwrap();
+}
+
+#[test]
+fn intermediates_on_the_path_must_be_valid_now() {
+    let s = setup();
+    let ca = s.ca.pem.as_bytes();
+    let inter = TestCa::signed("kubelet-signer", Some(&s.ca));
+    let cert = inter.sign(&s.csr, |_| {});
+    let expired = inter.reissued("kubelet-signer", &s.ca, |p| {
+        p.not_after = date_time_ymd(2030, 1, 15)
+    });
+    let chain = format!("{cert}{}", expired.pem);
+    let err = verify_issued(&chain, &s.key, NODE, ca, mid()).unwrap_err();
+    assert_eq!(
+        crate::error::report(&err),
+        "intermediate CA CN=kubelet-signer in the issued chain is not valid now: \
+         certificate expired at 2030-01-15T00:00:00Z"
+    );
+    // openssl agrees.
+    let (ok, text) = openssl_verify(&s.ca.pem, &expired.pem, &cert, mid());
+    assert!(!ok && text.contains("expired"), "{text}");
+
+    let early = inter.reissued("kubelet-signer", &s.ca, |p| {
+        p.not_before = date_time_ymd(2030, 3, 1)
+    });
+    let chain = format!("{cert}{}", early.pem);
+    let err = verify_issued(&chain, &s.key, NODE, ca, mid()).unwrap_err();
+    assert!(
+        matches!(&err, VerifyError::Intermediate { source, .. }
+            if matches!(**source, VerifyError::NotYetValid { .. })),
+        "{err}"
+    );
+
+    // A renewed intermediate beside its expired predecessor: the valid one is used.
+    let chain = format!("{cert}{}{}", expired.pem, inter.pem);
+    verify_issued(&chain, &s.key, NODE, ca, mid()).unwrap();
+}
+
+#[test]
+fn an_intermediate_that_is_not_a_ca_is_not_followed() {
+    let s = setup();
+    let inter = TestCa::signed("kubelet-signer", Some(&s.ca));
+    let cert = inter.sign(&s.csr, |_| {});
+    let not_ca = inter.reissued("kubelet-signer", &s.ca, |p| p.is_ca = IsCa::ExplicitNoCa);
+    let chain = format!("{cert}{}", not_ca.pem);
+    let err = verify_issued(&chain, &s.key, NODE, s.ca.pem.as_bytes(), mid()).unwrap_err();
+    assert!(matches!(err, VerifyError::UntrustedIssuer { .. }), "{err}");
 }
