@@ -404,12 +404,14 @@ fn csr(settings: &Settings, obs: &Observations, now: SystemTime) -> Outcome {
         Some(Ok(CsrObs::None)) => {
             return Outcome::pass("no CSR filed yet; a new one would be auto-approved")
         }
-        Some(Ok(CsrObs::Missing { name })) => return Outcome::warn(
-            format!(
+        Some(Ok(CsrObs::Missing { name })) => {
+            return Outcome::warn(
+                format!(
                 "CSR {name} (of the pending key) is gone from the server; bootlet files a new one"
             ),
-            None,
-        ),
+                None,
+            )
+        }
         Some(Err(e)) => {
             return Outcome::warn(
                 format!("cannot read CertificateSigningRequests: {}", report(e)),
@@ -465,24 +467,25 @@ fn client_certificate(settings: &Settings, obs: &Observations, now: SystemTime) 
             path.display()
         )
     };
-    let (path, info, verdict) =
-        match &obs.cert {
-            CertObs::Absent => return Outcome::warn(
+    let (path, info, verdict) = match &obs.cert {
+        CertObs::Absent => {
+            return Outcome::warn(
                 format!(
                     "no client certificate in {} yet: bootlet obtains one with the bootstrap token",
                     settings.cert_dir.display()
                 ),
                 Some("systemctl start bootlet".into()),
-            ),
-            CertObs::Unreadable { path, detail } => {
-                return Outcome::fail(format!("{}: {detail}", path.display()), rejoin(path))
-            }
-            CertObs::Checked {
-                path,
-                info,
-                verdict,
-            } => (path, info, verdict),
-        };
+            )
+        }
+        CertObs::Unreadable { path, detail } => {
+            return Outcome::fail(format!("{}: {detail}", path.display()), rejoin(path))
+        }
+        CertObs::Checked {
+            path,
+            info,
+            verdict,
+        } => (path, info, verdict),
+    };
     let p = path.display();
     match verdict {
         Ok(()) => {

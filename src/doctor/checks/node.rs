@@ -42,23 +42,24 @@ pub(super) fn node(settings: &Settings, obs: &Observations) -> Outcome {
             format!("kubectl auth can-i get nodes/{name} --as=system:node:{name} --as-group=system:nodes  # kube-apiserver needs --authorization-mode=Node,RBAC"),
         );
     }
-    let node =
-        match &obs.net.node {
-            Some(Ok(n)) => n,
-            Some(Err(e)) if e.is_not_found() => return Outcome::warn(
+    let node = match &obs.net.node {
+        Some(Ok(n)) => n,
+        Some(Err(e)) if e.is_not_found() => {
+            return Outcome::warn(
                 format!(
                     "Node {name} is not registered yet: the kubelet registers it once it starts"
                 ),
                 Some("systemctl status kubelet".into()),
-            ),
-            Some(Err(e)) => {
-                return Outcome::fail(
-                    format!("GET Node {name}: {}", report(e)),
-                    "systemctl status kubelet".to_string(),
-                )
-            }
-            None => return super::budget(obs, "GET Node"),
-        };
+            )
+        }
+        Some(Err(e)) => {
+            return Outcome::fail(
+                format!("GET Node {name}: {}", report(e)),
+                "systemctl status kubelet".to_string(),
+            )
+        }
+        None => return super::budget(obs, "GET Node"),
+    };
     judge_node(name, node, obs.machine_id.as_deref())
 }
 
