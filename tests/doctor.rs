@@ -646,3 +646,222 @@ async fn each_root_cause_is_named_with_its_fix() {
         tp.shutdown().await;
     }
 }
+
+fn case(name: &str) -> &'static Case {
+    CASES.iter().find(|c| c.name == name).unwrap()
+}
+
+/// Scenario `name`: doctor names its root cause; the printed kubectl remediation is run as
+/// the cluster admin with the real kubectl; doctor runs again. Returns the plane, the node
+/// dir, the flags and the second run.
+async fn remediate(name: &str) -> (TestPlane, NodeDir, Vec<String>, Run) {
+    let c = case(name);
+    let (tp, dir, extra, vars) = setup(name).await;
+    let mut args = flags(&dir);
+    args.extend(extra);
+    let run = doctor_json(&args).await;
+    assert_case(c, &run, &vars);
+    let fix = run.check(c.root.unwrap())["remediation"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(fix.starts_with("kubectl "), "{name}: {fix}");
+    run_remediation(&tp, dir.tmp.path(), &fix);
+    let again = doctor_json(&args).await;
+    (tp, dir, args, again)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_restores_the_bootstrap_binding() {
+    let (tp, _dir, _, again) = remediate("8 bootstrap binding deleted").await;
+    assert_eq!(
+        again.check("authorization")["status"],
+        "pass",
+        "{:#}",
+        again.json
+    );
+    assert_eq!(again.root(), None, "{:#}", again.json);
+    assert_eq!(again.code, Some(0));
+    tp.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_approves_the_pending_csr() {
+    let name = "9 csr pending, no approver";
+    let (tp, _dir, args, _) = remediate(name).await;
+    // The signer issues the approved CSR; then doctor sees it issued.
+    let csr = tp.csrs().into_iter().next().unwrap();
+    let csr_name = csr.metadata.name.clone().unwrap();
+    let mut events = tp.events();
+    let issued = |tp: &TestPlane| {
+        tp.csr(&csr_name)
+            .and_then(|c| c.status)
+            .is_some_and(|s| s.certificate.is_some())
+    };
+    tokio::time::timeout(support::WAIT, async {
+        while !issued(&tp) {
+            let _ = events.recv().await;
+        }
+    })
+    .await
+    .expect("the approved CSR is issued");
+    let again = doctor_json(&args).await;
+    assert_eq!(again.check("csr")["status"], "pass", "{:#}", again.json);
+    assert_eq!(again.root(), None, "{:#}", again.json);
+    tp.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_deletes_the_stale_node() {
+    let (tp, _dir, args, again) = remediate("15 stale node from a reinstall").await;
+    // The stale object is gone: no failure left, the Node waits for the kubelet.
+    assert_eq!(again.root(), None, "{:#}", again.json);
+    assert_eq!(again.check("node")["status"], "warn", "{:#}", again.json);
+    assert!(tp.node(NODE).is_none());
+    // The kubelet registers the node again, from this machine: node passes.
+    tp.put_node(&node(
+        "True",
+        false,
+        Some("10.244.1.0/24"),
+        true,
+        &machine_id(),
+    ));
+    let after = doctor_json(&args).await;
+    assert_eq!(after.check("node")["status"], "pass", "{:#}", after.json);
+    assert_eq!(after.code, Some(0));
+    tp.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_deletes_the_foreign_lease_and_bootlet_takes_it() {
+    let (tp, dir, args, again) = remediate("17 lease held by another").await;
+    assert_eq!(again.root(), None, "{:#}", again.json);
+    assert_eq!(again.check("lease")["status"], "warn", "{:#}", again.json);
+    // bootlet run (reusing the installed certificate) creates and renews the Lease.
+    let mut events = tp.events();
+    let agent = support::Agent::spawn(&dir.args(NODE));
+    testplane::wait_for(&mut events, support::WAIT, |e| {
+        matches!(e, testplane::Event::LeaseRenewed { name, .. } | testplane::Event::LeaseCreated { name, .. } if name == NODE)
+            .then_some(())
+    })
+    .await
+    .expect("bootlet writes the Lease");
+    let (status, _) = agent.terminate().await;
+    assert!(status.success());
+    let after = doctor_json(&args).await;
+    assert_eq!(after.check("lease")["status"], "pass", "{:#}", after.json);
+    assert_eq!(after.code, Some(0), "{:#}", after.json);
+    tp.shutdown().await;
+}
+
+/// A server that accepts connections and never says a word.
+async fn silent_server() -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("https://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        let mut held = vec![];
+        while let Ok((sock, _)) = listener.accept().await {
+            held.push(sock);
+        }
+    });
+    (url, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_never_answers_ends_the_run_within_10s() {
+    let tp = TestPlane::builder().start().await.unwrap();
+    let token = tp.create_token(Some(HOUR));
+    let (url, task) = silent_server().await;
+    let dir = NodeDir::new(&kubeconfig(Some(&url), &tp.ca_pem(), Some(&token)));
+    let run = doctor_json(&flags(&dir)).await;
+    assert!(run.took < Duration::from_secs(10), "took {:?}", run.took);
+    assert_eq!(run.statuses(), "PPFSSSSSSSS", "{:#}", run.json);
+    assert_eq!(run.root(), Some("server-reachable"));
+    let summary = run.check("server-reachable")["summary"].as_str().unwrap();
+    assert!(
+        summary.contains("accepts TCP connections but did not answer the TLS handshake"),
+        "{summary}"
+    );
+    eprintln!("silent server: doctor took {:?}", run.took);
+    task.abort();
+    tp.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_hangs_after_tls_ends_the_run_within_10s() {
+    let tp = TestPlane::builder().start().await.unwrap();
+    let dir = NodeDir::new(&tp.bootstrap_kubeconfig());
+    tp.faults().delay(Duration::from_secs(60));
+    let run = doctor_json(&flags(&dir)).await;
+    assert!(run.took < Duration::from_secs(10), "took {:?}", run.took);
+    assert_eq!(run.statuses(), "PPPPFSSSSSS", "{:#}", run.json);
+    assert_eq!(run.root(), Some("clock-skew"));
+    let summary = run.check("clock-skew")["summary"].as_str().unwrap();
+    assert!(summary.contains("GET /version"), "{summary}");
+    eprintln!("hanging HTTP: doctor took {:?}", run.took);
+    tp.faults().clear();
+    tp.shutdown().await;
+}
+
+/// Compare with `tests/snapshots/NAME`; `UPDATE_SNAPSHOTS=1` rewrites it.
+fn snapshot(name: &str, actual: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/snapshots")
+        .join(name);
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_default();
+    assert_eq!(
+        actual, expected,
+        "{name} changed; rerun with UPDATE_SNAPSHOTS=1 if intended"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_shape_snapshot() {
+    let (tp, dir, _, vars) = setup("6 token expired").await;
+    let (code, out, _) = doctor(&flags(&dir), "json").await;
+    assert_eq!(code, Some(1));
+    let normalized = out
+        .replace(&tp.url(), "https://SERVER")
+        .replace(&path(dir.tmp.path()), "/NODE")
+        .replace(&vars[0].1, "TOKENID");
+    snapshot("doctor-token-expired.json", &normalized);
+    tp.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_output_marks_each_check_and_prints_the_fix() {
+    let (tp, dir, _, vars) = setup("6 token expired").await;
+    let (code, out, _) = doctor(&flags(&dir), "text").await;
+    assert_eq!(code, Some(1));
+    let id = &vars[0].1;
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 14, "{out}");
+    assert!(lines[0].starts_with("✓ config "), "{out}");
+    assert_eq!(
+        lines[5],
+        format!("✗ authentication        bootstrap token {id} is expired or deleted (401)")
+    );
+    assert_eq!(
+        lines[6],
+        "                        fix: kubeadm token create --print-join-command"
+    );
+    assert!(
+        lines[7].starts_with("- authorization         skipped: needs authentication to pass"),
+        "{out}"
+    );
+    assert_eq!(
+        lines[13],
+        format!(
+            "✗ authentication is the root cause: bootstrap token {id} is expired or deleted (401)"
+        )
+    );
+    assert!(
+        !out.contains('\u{1b}'),
+        "no colour when stdout is not a terminal"
+    );
+    tp.shutdown().await;
+}
