@@ -12,7 +12,6 @@ use k8s_openapi::api::authorization::v1::{
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::List;
 use tokio::time::timeout;
 
 use crate::apiserver::{self, ApiClient, ClientOptions};
@@ -20,8 +19,9 @@ use crate::bootstrap::{check_installed, InstalledError};
 use crate::cli::Flags;
 use crate::config::{ConfigError, Settings};
 use crate::kubeconfig::{self, ClusterAccess, Credential, KubeconfigError};
-use crate::pki::{self, CertInfo, NodeKey, PrivateKeyPem};
+use crate::pki::{self, CertInfo};
 
+mod csr;
 mod tls;
 
 pub use tls::{spki_pin, TlsFailure};
@@ -36,9 +36,7 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_millis(2500);
 /// and this belt keeps the run under the contract's 10 s whatever happens.
 pub const NETWORK_BUDGET: Duration = Duration::from_secs(8);
 
-const CSR_PATH: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
 const CURRENT_FILE: &str = "kubelet-client-current.pem";
-const PENDING_KEY_FILE: &str = "kubelet-client.key.tmp";
 
 /// Everything doctor saw. `None` means "not looked at" (a prerequisite was missing).
 #[derive(Debug, Default)]
@@ -278,7 +276,7 @@ async fn network(
         bootstrap.and_then(|b| ApiClient::new(&b.server, &b.ca_pem, &b.credential, opts).ok());
     let node = s.node_name.as_str();
     let sub = if cert { "selfnodeclient" } else { "nodeclient" };
-    let pending = pending_csr_name(s);
+    let pending = csr::pending_name(s);
     let lease_path =
         format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}");
     let (skew, review, token_review, create, approve, csr, node_obj, lease) = tokio::join!(
@@ -297,7 +295,7 @@ async fn network(
         },
         access_review(&client, "create", ""),
         access_review(&client, "create", sub),
-        find_csr(&client, node, pending),
+        csr::find(&client, node, pending),
         async {
             if cert {
                 Some(client.get::<Node>(&format!("/api/v1/nodes/{node}")).await)
@@ -363,59 +361,6 @@ async fn access_review(
         allowed: status.allowed,
         reason: status.reason.unwrap_or_default(),
     })
-}
-
-/// The CSR named by the pending key (the daemon's own name for it), else the newest
-/// kubelet-client CSR whose request is for `system:node:NODE`.
-async fn find_csr(
-    client: &ApiClient,
-    node: &str,
-    pending: Option<String>,
-) -> Result<CsrObs, apiserver::Error> {
-    if let Some(name) = pending {
-        return match client
-            .get::<CertificateSigningRequest>(&format!("{CSR_PATH}/{name}"))
-            .await
-        {
-            Ok(csr) => Ok(CsrObs::Found(Box::new(csr))),
-            Err(e) if e.is_not_found() => Ok(CsrObs::Missing { name }),
-            Err(e) => Err(e),
-        };
-    }
-    let list: List<CertificateSigningRequest> = client.get(CSR_PATH).await?;
-    let cn = format!("{}{node}", pki::NODE_CN_PREFIX);
-    let newest = list
-        .items
-        .into_iter()
-        .filter(|c| c.spec.signer_name == pki::SIGNER_NAME && request_cn(&c.spec.request.0) == cn)
-        .max_by_key(|c| c.metadata.creation_timestamp.as_ref().map(|t| t.0));
-    Ok(newest.map_or(CsrObs::None, |c| CsrObs::Found(Box::new(c))))
-}
-
-/// The subject CN of a PEM (or DER) PKCS#10 request; empty if it does not parse.
-fn request_cn(pem_or_der: &[u8]) -> String {
-    use x509_parser::prelude::{FromDer as _, Pem, X509CertificationRequest};
-    let der = match Pem::iter_from_buffer(pem_or_der).next() {
-        Some(Ok(p)) => p.contents,
-        _ => pem_or_der.to_vec(),
-    };
-    X509CertificationRequest::from_der(&der)
-        .ok()
-        .and_then(|(_, r)| {
-            r.certification_request_info
-                .subject
-                .iter_common_name()
-                .next()
-                .and_then(|cn| cn.as_str().ok().map(str::to_string))
-        })
-        .unwrap_or_default()
-}
-
-/// The daemon's name for the CSR of the pending key, if one is waiting.
-fn pending_csr_name(s: &Settings) -> Option<String> {
-    let pem = std::fs::read_to_string(s.cert_dir.join(PENDING_KEY_FILE)).ok()?;
-    let key = NodeKey::from_pem(&PrivateKeyPem::new(pem)).ok()?;
-    Some(pki::csr_name(&key, &s.node_name))
 }
 
 /// Now, for the verdicts (the one clock read of a run).

@@ -16,7 +16,7 @@ use reqwest::Method;
 use super::*;
 use crate::apiserver::{Error, Identity};
 use crate::cli::Flags;
-use crate::doctor::observe::{Net, Sar};
+use crate::doctor::observe::{CsrObs, Net, Sar};
 use crate::doctor::{evaluate, Status};
 use crate::kubeconfig::{BootstrapToken, ClusterAccess};
 use crate::pki::CertInfo;
