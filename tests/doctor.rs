@@ -324,6 +324,11 @@ async fn setup(name: &str) -> (TestPlane, NodeDir, Vec<String>, Vec<(String, Str
     let now = SystemTime::now();
     match name {
         "1 kubeconfig missing" => std::fs::remove_file(&dir.bootstrap).unwrap(),
+        "1 kubeconfig unreadable" => {
+            // A directory where the file should be: read(2) fails (EISDIR) even for root.
+            std::fs::remove_file(&dir.bootstrap).unwrap();
+            std::fs::create_dir(&dir.bootstrap).unwrap();
+        }
         "1 kubeconfig not yaml" => write(": [ not yaml"),
         "1 kubeconfig without server" => write(&kubeconfig(None, &tp.ca_pem(), Some(&token))),
         "1 kubeconfig without token" => write(&kubeconfig(Some(&tp.url()), &tp.ca_pem(), None)),
@@ -529,6 +534,7 @@ async fn setup(name: &str) -> (TestPlane, NodeDir, Vec<String>, Vec<(String, Str
 
 const CASES: &[Case] = &[
     Case { name: "1 kubeconfig missing", statuses: "PFSSSSSSSSS", root: Some("bootstrap-kubeconfig"), summary: &["bootstrap-kubelet.conf: no such file", "cannot join"], fix: "kubeadm token create --print-join-command" },
+    Case { name: "1 kubeconfig unreadable", statuses: "PFSSSSSSSSS", root: Some("bootstrap-kubeconfig"), summary: &["bootstrap-kubelet.conf: cannot read: Is a directory"], fix: "kubeadm token create --print-join-command" },
     Case { name: "1 kubeconfig not yaml", statuses: "PFSSSSSSSSS", root: Some("bootstrap-kubeconfig"), summary: &["not a kubeconfig"], fix: "kubeadm token create --print-join-command" },
     Case { name: "1 kubeconfig without server", statuses: "PFSSSSSSSSS", root: Some("bootstrap-kubeconfig"), summary: &["has no server"], fix: "kubeadm token create --print-join-command" },
     Case { name: "1 kubeconfig without token", statuses: "PFSSSSSSSSS", root: Some("bootstrap-kubeconfig"), summary: &["has no token"], fix: "kubeadm token create --print-join-command" },
