@@ -144,23 +144,26 @@ pub(crate) struct Installed {
     pub info: CertInfo,
 }
 
+/// Why an installed certificate cannot be reused; doctor maps each to a check.
+#[derive(Debug, thiserror::Error)]
+pub enum InstalledError {
+    #[error("the current certificate file holds no usable key")]
+    Key(#[source] PkiError),
+    #[error(transparent)]
+    Verify(#[from] VerifyError),
+}
+
 /// Whether an installed certificate is usable now: its key parses and the certificate
 /// verifies for `node` against `ca_pem` (the same rules as a freshly issued one).
-/// `Err` says why not, for the log.
+/// `Err` says why not, typed, so the log and `bootlet doctor` agree.
 pub(crate) fn check_installed(
     chain_pem: String,
     key_pem: PrivateKeyPem,
     node: &str,
     ca_pem: &[u8],
-) -> Result<Installed, String> {
-    let key = NodeKey::from_pem(&key_pem).map_err(|e| {
-        format!(
-            "the current certificate file holds no usable key: {}",
-            report(&e)
-        )
-    })?;
-    let info = verify::verify_issued(&chain_pem, &key, node, ca_pem, SystemTime::now())
-        .map_err(|e| report(&e))?;
+) -> Result<Installed, InstalledError> {
+    let key = NodeKey::from_pem(&key_pem).map_err(InstalledError::Key)?;
+    let info = verify::verify_issued(&chain_pem, &key, node, ca_pem, SystemTime::now())?;
     Ok(Installed {
         chain_pem,
         key_pem,
@@ -286,7 +289,8 @@ impl<'a> Bootstrap<'a> {
                 self.installed(&creds);
                 Ok(Some(creds))
             }
-            Err(reason) => {
+            Err(e) => {
+                let reason = report(&e);
                 tracing::info!(%reason, "the current client certificate cannot be reused; bootstrapping");
                 Ok(None)
             }

@@ -11,6 +11,7 @@ pub mod bootstrap;
 pub mod cli;
 pub mod config;
 pub mod csr;
+pub mod doctor;
 pub mod error;
 pub mod health;
 pub mod kubeconfig;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use bootlet::cli::{self, Command};
 use bootlet::config::Settings;
 use bootlet::error::report;
-use bootlet::{agent, telemetry};
+use bootlet::{agent, doctor, telemetry};
 
 fn main() -> ExitCode {
     let command = match cli::parse_from(std::env::args_os()) {
@@ -43,9 +43,18 @@ fn main() -> ExitCode {
                 Err(e) => fail(&e),
             }
         }
-        Command::Doctor { .. } => {
-            eprintln!("bootlet: doctor is not in this release yet; see the README's roadmap");
-            ExitCode::from(2)
+        Command::Doctor { flags, output } => {
+            // No telemetry: doctor's findings go to stdout; 2 = it could not run at all.
+            match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => ExitCode::from(rt.block_on(doctor::run(&flags, output))),
+                Err(e) => {
+                    eprintln!("bootlet: doctor could not run: {}", report(&e));
+                    ExitCode::from(2)
+                }
+            }
         }
     }
 }

@@ -97,13 +97,19 @@ pub fn authenticate(
     Ok(UserInfo::anonymous())
 }
 
+/// Name prefix and type of the Secrets that hold static tokens (`TestPlane::add_static_token`).
+pub const STATIC_TOKEN_PREFIX: &str = "testplane-static-token-";
+pub const STATIC_TOKEN_TYPE: &str = "testplane/static-token";
+
 fn token_user(store: &Store, token: &str, now: Timestamp) -> Option<UserInfo> {
     let (id, secret) = parse_token(token)?;
-    let s = store.get(
+    let Some(s) = store.get(
         Kind::Secret,
         "kube-system",
         &format!("bootstrap-token-{id}"),
-    )?;
+    ) else {
+        return static_user(store, id, secret);
+    };
     if s["type"] != "bootstrap.kubernetes.io/token" {
         return None;
     }
@@ -130,6 +136,31 @@ fn token_user(store: &Store, token: &str, now: Timestamp) -> Option<UserInfo> {
     groups.push("system:authenticated".into());
     Some(UserInfo {
         name: format!("system:bootstrap:{id}"),
+        uid: String::new(),
+        groups,
+    })
+}
+
+/// A static token's user, like kube-apiserver's `--token-auth-file`.
+fn static_user(store: &Store, id: &str, secret: &str) -> Option<UserInfo> {
+    let s = store.get(
+        Kind::Secret,
+        "kube-system",
+        &format!("{STATIC_TOKEN_PREFIX}{id}"),
+    )?;
+    let field = |k: &str| secret_field(&s, k);
+    if s["type"] != STATIC_TOKEN_TYPE || field("token-secret")? != secret {
+        return None;
+    }
+    let mut groups: Vec<String> = field("groups")
+        .unwrap_or_default()
+        .split(',')
+        .filter(|g| !g.is_empty())
+        .map(str::to_string)
+        .collect();
+    groups.push("system:authenticated".into());
+    Some(UserInfo {
+        name: field("user")?,
         uid: String::new(),
         groups,
     })

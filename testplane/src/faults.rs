@@ -347,3 +347,31 @@ pub fn delete_token(store: &Store, id: &str) -> Result<(), Error> {
             name,
         })
 }
+
+/// Store a static token as a `testplane/static-token` Secret named after its id.
+pub fn add_static_token(store: &Store, token: &str, user: &str, groups: &[&str]) {
+    let (id, secret) = token.split_once('.').unwrap_or((token, ""));
+    let data = BTreeMap::from([
+        ("token-id".to_string(), ByteString(id.as_bytes().to_vec())),
+        (
+            "token-secret".to_string(),
+            ByteString(secret.as_bytes().to_vec()),
+        ),
+        ("user".to_string(), ByteString(user.as_bytes().to_vec())),
+        (
+            "groups".to_string(),
+            ByteString(groups.join(",").into_bytes()),
+        ),
+    ]);
+    let s = Secret {
+        metadata: ObjectMeta {
+            name: Some(format!("{}{id}", crate::auth::STATIC_TOKEN_PREFIX)),
+            namespace: Some("kube-system".into()),
+            ..Default::default()
+        },
+        type_: Some(crate::auth::STATIC_TOKEN_TYPE.into()),
+        data: Some(data),
+        ..Default::default()
+    };
+    let _ = store.create(Kind::Secret, "kube-system", crate::to_value(&s));
+}

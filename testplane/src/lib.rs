@@ -451,6 +451,54 @@ impl TestPlane {
         store::meta_str(&v, "uid").to_string()
     }
 
+    /// A static token (like kube-apiserver's `--token-auth-file`) that authenticates as
+    /// `user` in `groups` (plus `system:authenticated`). `token` must have the bootstrap-token
+    /// shape `[a-z0-9]{6}.[a-z0-9]{16}`; a bootstrap-token Secret with the same id wins.
+    pub fn add_static_token(&self, token: &str, user: &str, groups: &[&str]) {
+        faults::add_static_token(&self.shared.store, token, user, groups)
+    }
+
+    /// Store `node` as given, status included (creating or replacing it), as if the kubelet
+    /// and the controllers had written it.
+    pub fn put_node(&self, node: &Node) {
+        self.put(Kind::Node, "", to_value(node));
+    }
+
+    /// Store `lease` in its namespace as given (creating or replacing it).
+    pub fn put_lease(&self, lease: &Lease) {
+        let ns = lease.metadata.namespace.clone().unwrap_or_default();
+        self.put(Kind::Lease, &ns, to_value(lease));
+    }
+
+    fn put(&self, kind: Kind, ns: &str, mut v: serde_json::Value) {
+        store::meta_mut(&mut v).remove("resourceVersion");
+        if self.shared.store.create(kind, ns, v.clone()).is_err() {
+            let _ = self.shared.store.update(kind, ns, v);
+        }
+    }
+
+    /// Sign `spki_der` (a public key) as a client certificate for `cn` in `orgs`, valid from
+    /// `not_before` to `not_after`, with the cluster CA, or with a CA nobody trusts when
+    /// `rogue`. Returns the certificate PEM.
+    pub fn sign_client_cert(
+        &self,
+        spki_der: &[u8],
+        cn: &str,
+        orgs: &[&str],
+        not_before: std::time::SystemTime,
+        not_after: std::time::SystemTime,
+        rogue: bool,
+    ) -> Result<String, Error> {
+        let ca = if rogue {
+            &self.shared.rogue_ca
+        } else {
+            &self.shared.ca
+        };
+        let orgs = orgs.iter().map(|s| s.to_string()).collect();
+        let spec = pki::LeafSpec::client(cn, orgs, not_before, not_after);
+        Ok(ca.issue(spki_der, &spec)?)
+    }
+
     /// Delete a ClusterRoleBinding (as `kubectl delete clusterrolebinding` would).
     pub fn delete_cluster_role_binding(&self, name: &str) -> Result<(), Error> {
         self.shared

@@ -1,5 +1,6 @@
-//! Decoding of the one protobuf body real clients send us: kubectl 1.32 `certificate
-//! approve|deny` PUTs the CSR to `/approval` as `application/vnd.kubernetes.protobuf`. Only the
+//! Decoding of the protobuf bodies real clients send us: kubectl 1.32 `certificate
+//! approve|deny` PUTs the CSR to `/approval` as `application/vnd.kubernetes.protobuf`
+//! (`auth can-i` and `create clusterrolebinding` post protobuf too). Only the
 //! fields the approval/status updates read are decoded (name, resourceVersion, conditions,
 //! certificate); the result is the JSON the k8s-openapi type would produce. Nothing is encoded.
 
@@ -200,9 +201,79 @@ pub fn decode_ssar(body: &[u8]) -> Option<Value> {
     )
 }
 
+/// Decode an enveloped ClusterRoleBinding (what `kubectl create clusterrolebinding` sends):
+/// name, subjects and roleRef.
+pub fn decode_cluster_role_binding(body: &[u8]) -> Option<Value> {
+    let env = fields(body.strip_prefix(MAGIC)?)?;
+    let raw = env.iter().find_map(|(n, f)| match (n, f) {
+        (2, Field::Bytes(b)) => Some(*b),
+        _ => None,
+    })?;
+    let strings = |b: &[u8], names: &[&str]| -> Option<Map<String, Value>> {
+        let mut m = Map::new();
+        for (n, f) in fields(b)? {
+            if let Some(name) = names.get(n as usize).filter(|s| !s.is_empty()) {
+                m.insert(name.to_string(), string(&f)?.into());
+            }
+        }
+        Some(m)
+    };
+    let mut meta = Map::new();
+    let mut subjects = vec![];
+    let mut role_ref = Map::new();
+    for (n, f) in fields(raw)? {
+        let Field::Bytes(b) = f else { continue };
+        match n {
+            1 => {
+                for (mn, mf) in fields(b)? {
+                    if mn == 1 {
+                        meta.insert("name".into(), string(&mf)?.into());
+                    }
+                }
+            }
+            2 => subjects.push(Value::Object(strings(
+                b,
+                &["", "kind", "apiGroup", "name", "namespace"],
+            )?)),
+            3 => role_ref = strings(b, &["", "apiGroup", "kind", "name"])?,
+            _ => {}
+        }
+    }
+    Some(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": meta,
+        "subjects": subjects,
+        "roleRef": role_ref,
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decodes_a_cluster_role_binding() {
+        let subject = [
+            ld(1, b"Group"),
+            ld(2, b"rbac.authorization.k8s.io"),
+            ld(3, b"g"),
+        ]
+        .concat();
+        let role = [
+            ld(1, b"rbac.authorization.k8s.io"),
+            ld(2, b"ClusterRole"),
+            ld(3, b"r"),
+        ]
+        .concat();
+        let crb = [ld(1, &ld(1, b"b")), ld(2, &subject), ld(3, &role)].concat();
+        let v = decode_cluster_role_binding(&[MAGIC.to_vec(), ld(2, &crb)].concat()).unwrap();
+        assert_eq!(v["metadata"]["name"], "b");
+        assert_eq!(v["subjects"][0]["kind"], "Group");
+        assert_eq!(v["subjects"][0]["name"], "g");
+        assert_eq!(v["roleRef"]["name"], "r");
+        assert_eq!(v["roleRef"]["kind"], "ClusterRole");
+    }
 
     fn ld(n: u8, b: &[u8]) -> Vec<u8> {
         let mut v = vec![(n << 3) | 2, b.len() as u8];

@@ -204,7 +204,14 @@ fn check_namespace(ctx: &Ctx, kind: Kind, ns: &str, obj: &mut Value) -> Result<(
 }
 
 fn create(ctx: &Ctx, kind: Kind, ns: &str) -> Result<Resp, ApiError> {
-    let mut obj = body_json(ctx)?;
+    // `kubectl create clusterrolebinding` posts protobuf (doctor's remediation for a lost
+    // bootstrap binding); every other create is JSON.
+    let mut obj = if kind == Kind::ClusterRoleBinding && ctx.content_type.contains("protobuf") {
+        super::proto::decode_cluster_role_binding(&ctx.body)
+            .ok_or_else(|| ApiError::bad_request("unable to decode protobuf ClusterRoleBinding"))?
+    } else {
+        body_json(ctx)?
+    };
     if meta_str(&obj, "name").is_empty() {
         let gen = meta_str(&obj, "generateName").to_string();
         if gen.is_empty() {

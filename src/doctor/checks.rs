@@ -1,0 +1,246 @@
+//! The verdicts: one pure function per check over what observe.rs saw, with the observed
+//! value in the summary and the fixing command in the remediation. No IO, no clock.
+//! Who-may-do-what verdicts live in `checks/access.rs`, the Node and Lease in `checks/node.rs`.
+
+use std::time::SystemTime;
+
+use crate::apiserver;
+use crate::bootstrap::InstalledError;
+use crate::config::{ConfigError, Settings};
+use crate::error::report;
+use crate::health::rfc3339;
+use crate::kubeconfig::Credential;
+use crate::pki::verify::VerifyError;
+
+use super::observe::{CertObs, Observations, TlsFailure, Using};
+use super::{CheckId, Outcome};
+
+mod access;
+mod node;
+
+/// Skew beyond this is a warning: fresh certificates look not yet valid, rotation drifts.
+pub const SKEW_WARN_SECS: u64 = 30;
+/// Skew beyond this fails: the contract's 5 minutes (verify's notBefore tolerance too).
+pub const SKEW_FAIL_SECS: u64 = 300;
+const NEW_TOKEN: &str = "kubeadm token create --print-join-command";
+
+/// The outcome of check `id`; called only when its dependencies passed or warned.
+pub fn verdict(id: CheckId, obs: &Observations, now: SystemTime) -> Outcome {
+    let settings = match &obs.settings {
+        Some(Ok(s)) => s,
+        other => return config(other.as_ref()),
+    };
+    match id {
+        CheckId::Config => Outcome::pass(format!(
+            "node {}, cert dir {}, bootstrap kubeconfig {}",
+            settings.node_name,
+            settings.cert_dir.display(),
+            settings.bootstrap_kubeconfig.display()
+        )),
+        CheckId::BootstrapKubeconfig => bootstrap_kubeconfig(obs),
+        CheckId::ServerReachable => server_reachable(obs),
+        CheckId::CaTrust => ca_trust(obs),
+        CheckId::ClockSkew => clock_skew(obs, now),
+        CheckId::Authentication => access::authentication(settings, obs),
+        CheckId::Authorization => access::authorization(settings, obs),
+        CheckId::Csr => access::csr(settings, obs, now),
+        CheckId::ClientCertificate => access::client_certificate(settings, obs, now),
+        CheckId::Node => node::node(settings, obs),
+        CheckId::Lease => node::lease(settings, obs, now),
+    }
+}
+
+fn config(loaded: Option<&Result<Settings, ConfigError>>) -> Outcome {
+    match loaded {
+        Some(Err(e @ ConfigError::Hostname { .. })) => Outcome::fail(
+            report(e),
+            "bootlet doctor --node-name \"$(hostname | tr A-Z a-z)\"",
+        ),
+        Some(Err(e)) => Outcome::fail(
+            report(e),
+            "fix the file or flag named above, then rerun: bootlet doctor",
+        ),
+        _ => Outcome::fail("the configuration was not loaded", "bootlet doctor --help"),
+    }
+}
+
+fn bootstrap_kubeconfig(obs: &Observations) -> Outcome {
+    let cert_valid = matches!(obs.using, Using::ClientCert { .. });
+    let problem = match &obs.bootstrap {
+        Some(Ok(b)) => match &b.credential {
+            Credential::Token(t) if t.is_bootstrap_token() => {
+                return Outcome::pass(format!(
+                    "{}: server {}, bootstrap token {}",
+                    b.path.display(),
+                    b.server,
+                    t.id()
+                ))
+            }
+            Credential::Token(_) => format!(
+                "{}: the token is not a bootstrap token ([a-z0-9]{{6}}.[a-z0-9]{{16}})",
+                b.path.display()
+            ),
+            Credential::ClientCert { .. } => {
+                return Outcome::warn(
+                    format!(
+                        "{}: authenticates with a client certificate, not a bootstrap token",
+                        b.path.display()
+                    ),
+                    None,
+                )
+            }
+            Credential::None => format!("{}: the user has no token", b.path.display()),
+        },
+        Some(Err(e)) => report(e),
+        None => "not read".into(),
+    };
+    if cert_valid {
+        Outcome::warn(
+            format!("{problem}; not needed while the client certificate is valid, only to re-join"),
+            Some(NEW_TOKEN.into()),
+        )
+    } else {
+        Outcome::fail(
+            format!("{problem}; no valid client certificate either, so this node cannot join"),
+            NEW_TOKEN,
+        )
+    }
+}
+
+fn server(obs: &Observations) -> String {
+    obs.cluster
+        .as_ref()
+        .map_or_else(|| "the API server".into(), |c| c.server.clone())
+}
+
+fn curl(obs: &Observations) -> String {
+    format!(
+        "curl -sk {}/healthz  # from this node: is kube-apiserver up, and the route/firewall open?",
+        server(obs)
+    )
+}
+
+fn budget(obs: &Observations, what: &str) -> Outcome {
+    if obs.net.budget_exceeded {
+        Outcome::fail(
+            format!(
+                "{}: {what}: no answer within doctor's time budget",
+                server(obs)
+            ),
+            curl(obs),
+        )
+    } else {
+        Outcome::fail(format!("{}: {what}: not observed", server(obs)), curl(obs))
+    }
+}
+
+fn server_reachable(obs: &Observations) -> Outcome {
+    let s = server(obs);
+    match (&obs.net.tcp, &obs.net.tls) {
+        (Some(Err(e)), _) => Outcome::fail(format!("{s}: {e}"), curl(obs)),
+        (None, _) => budget(obs, "TCP connect"),
+        (_, Some(Err(TlsFailure::Timeout { after }))) => Outcome::fail(
+            format!(
+                "{s} accepts TCP connections but did not answer the TLS handshake within {after:?}"
+            ),
+            curl(obs),
+        ),
+        (_, Some(Err(TlsFailure::Protocol { detail }))) => {
+            Outcome::fail(format!("{s}: TLS handshake failed: {detail}"), curl(obs))
+        }
+        (_, None) => budget(obs, "TLS handshake"),
+        _ => Outcome::pass(format!("{s} answers TCP and TLS")),
+    }
+}
+
+fn ca_trust(obs: &Observations) -> Outcome {
+    let file = obs
+        .cluster
+        .as_ref()
+        .map_or_else(String::new, |c| c.path.display().to_string());
+    match &obs.net.tls {
+        Some(Err(TlsFailure::UnknownCa {
+            kubeconfig_pins,
+            server_ca_pins,
+            server_issuer,
+        })) => {
+            let theirs = if server_ca_pins.is_empty() {
+                format!("issued by {server_issuer} (the server sent no CA certificate)")
+            } else {
+                format!("CA {}", server_ca_pins.join(", "))
+            };
+            let fix = match server_ca_pins.first() {
+                Some(pin) => format!("{NEW_TOKEN}  # then join again with --discovery-token-ca-cert-hash {pin} to rewrite {file}"),
+                None => format!("{NEW_TOKEN}  # then join again to rewrite {file} with the cluster's CA"),
+            };
+            Outcome::fail(
+                format!(
+                    "x509: certificate signed by unknown authority: the server presents {theirs}, but {file} trusts CA {}",
+                    kubeconfig_pins.join(", ")
+                ),
+                fix,
+            )
+        }
+        Some(Err(TlsFailure::BadCertificate { detail })) => Outcome::fail(
+            format!("{}: the server certificate chains to the CA in {file} but is unusable: {detail}", server(obs)),
+            format!("openssl s_client -connect {} </dev/null | openssl x509 -noout -text  # check its SANs and dates", host_port(&server(obs))),
+        ),
+        Some(Ok(())) => Outcome::pass(format!("the server certificate chains to the CA in {file}")),
+        _ => budget(obs, "TLS handshake"),
+    }
+}
+
+fn host_port(server: &str) -> String {
+    server
+        .trim_start_matches("https://")
+        .trim_end_matches('/')
+        .to_string()
+}
+
+fn clock_skew(obs: &Observations, now: SystemTime) -> Outcome {
+    const SYNC: &str = "timedatectl set-ntp true  # then check: timedatectl timesync-status";
+    if let CertObs::Checked {
+        path,
+        verdict: Err(InstalledError::Verify(VerifyError::NotYetValid { not_before })),
+        ..
+    } = &obs.cert
+    {
+        let ahead = not_before.duration_since(now).unwrap_or_default();
+        return Outcome::fail(
+            format!(
+                "{} is not valid before {}, {} ahead of this node's clock: the clock is behind",
+                path.display(),
+                rfc3339(*not_before),
+                crate::health::human(ahead)
+            ),
+            SYNC,
+        );
+    }
+    match &obs.net.skew {
+        Some(Ok(skew)) => {
+            let abs = skew.unsigned_abs();
+            let side = if *skew > 0 { "ahead of" } else { "behind" };
+            let text = format!("the server's Date is {abs}s {side} this node's clock");
+            if abs > SKEW_FAIL_SECS {
+                Outcome::fail(format!("{text} (more than 5 minutes)"), SYNC)
+            } else if abs > SKEW_WARN_SECS {
+                Outcome::warn(format!("{text} (more than 30 s)"), Some(SYNC.into()))
+            } else {
+                Outcome::pass(format!("within {abs}s of the server's Date"))
+            }
+        }
+        Some(Err(e)) => Outcome::fail(format!("GET /version: {}", report(e)), curl(obs)),
+        None => budget(obs, "GET /version"),
+    }
+}
+
+/// Whether an API error is the authorizer's refusal.
+fn forbidden(r: &Option<Result<impl Sized, apiserver::Error>>) -> Option<&apiserver::Error> {
+    match r {
+        Some(Err(e)) if e.is_forbidden() => Some(e),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,494 @@
+//! The verdicts, table-tested over hand-made observations: no server, no clock.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::authentication::v1::UserInfo;
+use k8s_openapi::api::certificates::v1::{
+    CertificateSigningRequest, CertificateSigningRequestCondition, CertificateSigningRequestStatus,
+};
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    MicroTime, ObjectMeta, Status as ApiStatus, Time,
+};
+use reqwest::Method;
+
+use super::*;
+use crate::apiserver::{Error, Identity};
+use crate::cli::Flags;
+use crate::doctor::observe::{CsrObs, Net, Sar};
+use crate::doctor::{evaluate, Status};
+use crate::kubeconfig::{BootstrapToken, ClusterAccess};
+use crate::pki::CertInfo;
+
+const NOW: u64 = 1_800_000_000;
+
+fn now() -> SystemTime {
+    UNIX_EPOCH + Duration::from_secs(NOW)
+}
+
+fn ts(t: SystemTime) -> jiff::Timestamp {
+    jiff::Timestamp::try_from(t).unwrap()
+}
+
+fn settings(rotate: bool) -> Settings {
+    let flags = Flags {
+        node_name: Some("n1".into()),
+        rotate_certificates: Some(rotate),
+        ..Flags::default()
+    };
+    Settings::load(&flags).unwrap()
+}
+
+fn api(code: u16, message: &str) -> Error {
+    Error::Api {
+        method: Method::GET,
+        path: "/x".into(),
+        code,
+        identity: Identity::Anonymous,
+        status: Box::new(ApiStatus {
+            message: Some(message.into()),
+            ..ApiStatus::default()
+        }),
+        retry_after: None,
+    }
+}
+
+fn user(name: &str, groups: &[&str]) -> UserInfo {
+    UserInfo {
+        username: Some(name.into()),
+        groups: Some(groups.iter().map(|g| g.to_string()).collect()),
+        ..UserInfo::default()
+    }
+}
+
+fn sar(allowed: bool) -> Option<Result<Sar, Error>> {
+    Some(Ok(Sar {
+        allowed,
+        reason: String::new(),
+    }))
+}
+
+/// A fresh node about to join with bootstrap token `abcdef`: everything answers well.
+fn joining() -> Observations {
+    let access = ClusterAccess {
+        path: "/etc/kubernetes/bootstrap-kubelet.conf".into(),
+        server: "https://10.0.0.1:6443".into(),
+        ca_pem: vec![],
+        credential: Credential::Token(BootstrapToken::new("abcdef.0123456789abcdef")),
+        insecure: false,
+    };
+    Observations {
+        settings: Some(Ok(settings(true))),
+        bootstrap: Some(Ok(access.clone())),
+        cert: CertObs::Absent,
+        using: Using::BootstrapToken {
+            id: "abcdef".into(),
+            file: access.path.clone(),
+        },
+        cluster: Some(access),
+        machine_id: Some("m1".into()),
+        net: Net {
+            tcp: Some(Ok(())),
+            tls: Some(Ok(())),
+            skew: Some(Ok(0)),
+            review: Some(Ok(user(
+                "system:bootstrap:abcdef",
+                &[
+                    "system:bootstrappers",
+                    "system:bootstrappers:kubeadm:default-node-token",
+                ],
+            ))),
+            can_create_csr: sar(true),
+            can_autoapprove: sar(true),
+            csr: Some(Ok(CsrObs::None)),
+            ..Net::default()
+        },
+    }
+}
+
+/// A joined node using its certificate `system:node:n1`, with a fresh Lease and a Ready Node.
+fn joined() -> Observations {
+    let mut o = joining();
+    o.using = Using::ClientCert {
+        subject: "system:node:n1".into(),
+        serial: "01".into(),
+    };
+    o.cert = CertObs::Checked {
+        path: "/var/lib/kubelet/pki/kubelet-client-current.pem".into(),
+        info: Some(cert_info(
+            now() - Duration::from_secs(3600),
+            now() + Duration::from_secs(3600),
+        )),
+        verdict: Ok(()),
+    };
+    o.net.review = Some(Ok(user("system:node:n1", &["system:nodes"])));
+    o.net.node = Some(Ok(ready_node()));
+    o.net.lease = Some(Ok(lease("n1", 5)));
+    o
+}
+
+fn cert_info(nb: SystemTime, na: SystemTime) -> CertInfo {
+    CertInfo {
+        serial: "01".into(),
+        subject_cn: "system:node:n1".into(),
+        subject_o: vec!["system:nodes".into()],
+        issuer: "CN=kubernetes".into(),
+        not_before: nb,
+        not_after: na,
+        spki_der: vec![],
+        client_auth: true,
+    }
+}
+
+fn ready_node() -> Node {
+    Node {
+        metadata: ObjectMeta {
+            name: Some("n1".into()),
+            labels: Some(
+                [
+                    ("topology.kubernetes.io/zone", "z"),
+                    ("node.kubernetes.io/instance-type", "t"),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+            ),
+            ..ObjectMeta::default()
+        },
+        spec: Some(NodeSpec {
+            pod_cidr: Some("10.244.0.0/24".into()),
+            ..NodeSpec::default()
+        }),
+        status: Some(NodeStatus {
+            conditions: Some(vec![NodeCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                ..NodeCondition::default()
+            }]),
+            node_info: Some(NodeSystemInfo {
+                machine_id: "m1".into(),
+                ..NodeSystemInfo::default()
+            }),
+            ..NodeStatus::default()
+        }),
+    }
+}
+
+fn lease(holder: &str, age_secs: u64) -> Lease {
+    Lease {
+        metadata: ObjectMeta::default(),
+        spec: Some(LeaseSpec {
+            holder_identity: Some(holder.into()),
+            lease_duration_seconds: Some(40),
+            renew_time: Some(MicroTime(ts(now() - Duration::from_secs(age_secs)))),
+            ..LeaseSpec::default()
+        }),
+    }
+}
+
+fn csr_with(conditions: &[(&str, &str, &str)], cert: bool) -> Option<Result<CsrObs, Error>> {
+    let csr = CertificateSigningRequest {
+        metadata: ObjectMeta {
+            name: Some("node-csr-x".into()),
+            creation_timestamp: Some(Time(ts(now() - Duration::from_secs(180)))),
+            ..ObjectMeta::default()
+        },
+        status: Some(CertificateSigningRequestStatus {
+            conditions: Some(
+                conditions
+                    .iter()
+                    .map(|(t, reason, message)| CertificateSigningRequestCondition {
+                        type_: t.to_string(),
+                        status: "True".into(),
+                        reason: Some(reason.to_string()),
+                        message: Some(message.to_string()),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            certificate: cert.then(|| k8s_openapi::ByteString(b"PEM".to_vec())),
+        }),
+        ..CertificateSigningRequest::default()
+    };
+    Some(Ok(CsrObs::Found(Box::new(csr))))
+}
+
+/// (name, change, check, status, summary needle, remediation needle)
+type Row = (
+    &'static str,
+    fn(&mut Observations),
+    CheckId,
+    Status,
+    &'static str,
+    &'static str,
+);
+
+const ROWS: &[Row] = &[
+    ("healthy join", |_| {}, CheckId::Csr, Status::Pass, "no CSR filed yet", ""),
+    ("skew 30s passes", |o| o.net.skew = Some(Ok(30)), CheckId::ClockSkew, Status::Pass, "within 30s", ""),
+    ("skew 31s warns", |o| o.net.skew = Some(Ok(31)), CheckId::ClockSkew, Status::Warn, "31s ahead of", "timedatectl"),
+    ("skew 300s warns", |o| o.net.skew = Some(Ok(-300)), CheckId::ClockSkew, Status::Warn, "300s behind", "timedatectl"),
+    ("skew 301s fails", |o| o.net.skew = Some(Ok(-301)), CheckId::ClockSkew, Status::Fail, "301s behind", "timedatectl set-ntp true"),
+    ("not-yet-valid cert is the clock", |o| o.cert = CertObs::Checked { path: "/p".into(), info: None, verdict: Err(InstalledError::Verify(VerifyError::NotYetValid { not_before: now() + Duration::from_secs(3600) })) }, CheckId::ClockSkew, Status::Fail, "1h0m0s ahead", "timedatectl"),
+    ("token 401", |o| o.net.review = Some(Err(api(401, "Unauthorized"))), CheckId::Authentication, Status::Fail, "bootstrap token abcdef is expired or deleted (401)", "kubeadm token create --print-join-command"),
+    ("wrong identity", |o| o.net.review = Some(Ok(user("kubelet", &["system:nodes"]))), CheckId::Authentication, Status::Fail, "authenticates as \"kubelet\" (groups system:nodes), not system:bootstrap:abcdef", "kubeadm token create"),
+    ("SSR unavailable warns", |o| o.net.review = Some(Err(api(404, "not found"))), CheckId::Authentication, Status::Warn, "HTTP 404", ""),
+    ("binding lost", |o| o.net.can_create_csr = sar(false), CheckId::Authorization, Status::Fail, "ClusterRoleBinding kubeadm:kubelet-bootstrap", "--clusterrole=system:node-bootstrapper --group=system:bootstrappers:kubeadm:default-node-token"),
+    ("no approver yet", |o| o.net.can_autoapprove = sar(false), CheckId::Csr, Status::Warn, "none would be auto-approved", "kubectl create clusterrolebinding kubeadm:node-autoapprove-bootstrap"),
+    ("pending, no approver", |o| { o.net.csr = csr_with(&[], false); o.net.can_autoapprove = sar(false) }, CheckId::Csr, Status::Fail, "pending for 3m0s and nothing approves it", "kubectl certificate approve node-csr-x"),
+    ("pending, approver present", |o| o.net.csr = csr_with(&[], false), CheckId::Csr, Status::Fail, "csrapproving controller running?", "kubectl certificate approve node-csr-x"),
+    ("denied, control characters stripped", |o| o.net.csr = csr_with(&[("Denied", "Bad\x1b[2J", "no\nway")], false), CheckId::Csr, Status::Fail, "denied: Bad [2J: no way", "kubectl describe csr node-csr-x"),
+    ("failed", |o| o.net.csr = csr_with(&[("Approved", "A", ""), ("Failed", "SignerValidationFailure", "usages")], false), CheckId::Csr, Status::Fail, "failed: SignerValidationFailure: usages", "kubectl describe csr"),
+    ("approved, not issued", |o| o.net.csr = csr_with(&[("Approved", "A", "")], false), CheckId::Csr, Status::Fail, "approved but no certificate", "kube-controller-manager"),
+    ("issued", |o| o.net.csr = csr_with(&[("Approved", "A", "")], true), CheckId::Csr, Status::Pass, "approved and issued", ""),
+    ("pending key's CSR gone", |o| o.net.csr = Some(Ok(CsrObs::Missing { name: "node-csr-y".into() })), CheckId::Csr, Status::Warn, "node-csr-y", ""),
+    ("wrong CN", |o| o.cert = CertObs::Checked { path: "/p".into(), info: None, verdict: Err(InstalledError::Verify(VerifyError::WrongSubject { expected: "CN=system:node:n1, O=system:nodes".into(), got: "CN=system:node:old, O=system:nodes".into() })) }, CheckId::ClientCertificate, Status::Fail, "--node-name old", "rm /p && systemctl restart bootlet"),
+    ("stale CA", |o| o.cert = CertObs::Checked { path: "/p".into(), info: None, verdict: Err(InstalledError::Verify(VerifyError::UntrustedIssuer { issuer: "CN=old-ca".into() })) }, CheckId::ClientCertificate, Status::Fail, "CN=old-ca", "rm /p"),
+];
+
+const JOINED_ROWS: &[Row] = &[
+    (
+        "joined",
+        |_| {},
+        CheckId::Lease,
+        Status::Pass,
+        "renewed 5s ago by n1",
+        "",
+    ),
+    (
+        "dead token only warns",
+        |o| o.net.token_review = Some(Err(api(401, "Unauthorized"))),
+        CheckId::Authentication,
+        Status::Warn,
+        "needed only to re-join",
+        "kubeadm token create",
+    ),
+    (
+        "dead bootstrap kubeconfig only warns",
+        |o| {
+            o.bootstrap = Some(Err(crate::kubeconfig::KubeconfigError::Missing {
+                path: "/b".into(),
+            }))
+        },
+        CheckId::BootstrapKubeconfig,
+        Status::Warn,
+        "/b: no such file; not needed",
+        "kubeadm token create",
+    ),
+    (
+        "no rotation approver",
+        |o| o.net.can_autoapprove = sar(false),
+        CheckId::Csr,
+        Status::Warn,
+        "kubeadm:node-autoapprove-certificate-rotation",
+        "--group=system:nodes",
+    ),
+    (
+        "stale Node",
+        |o| {
+            if let Some(Ok(n)) = &mut o.net.node {
+                n.status
+                    .as_mut()
+                    .unwrap()
+                    .node_info
+                    .as_mut()
+                    .unwrap()
+                    .machine_id = "m0".into()
+            }
+        },
+        CheckId::Node,
+        Status::Fail,
+        "machineID m0, this host m1",
+        "kubectl delete node n1",
+    ),
+    (
+        "Node authorizer refuses",
+        |o| o.net.node = Some(Err(api(403, "node 'x' cannot get node 'n1'"))),
+        CheckId::Node,
+        Status::Fail,
+        "node 'x' cannot get node 'n1'",
+        "--authorization-mode=Node,RBAC",
+    ),
+    (
+        "Lease refused counts as node",
+        |o| o.net.lease = Some(Err(api(403, "can only access node lease"))),
+        CheckId::Node,
+        Status::Fail,
+        "can only access node lease",
+        "kubectl auth can-i",
+    ),
+    (
+        "Node missing warns",
+        |o| o.net.node = Some(Err(api(404, "not found"))),
+        CheckId::Node,
+        Status::Warn,
+        "not registered yet",
+        "systemctl status kubelet",
+    ),
+    (
+        "NotReady fails",
+        |o| {
+            if let Some(Ok(n)) = &mut o.net.node {
+                n.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "False".into()
+            }
+        },
+        CheckId::Node,
+        Status::Fail,
+        "NotReady",
+        "journalctl -u kubelet",
+    ),
+    (
+        "no podCIDR warns",
+        |o| {
+            if let Some(Ok(n)) = &mut o.net.node {
+                n.spec.as_mut().unwrap().pod_cidr = None
+            }
+        },
+        CheckId::Node,
+        Status::Warn,
+        "no spec.podCIDR",
+        "allocate-node-cidrs",
+    ),
+    (
+        "Lease 41s old fails",
+        |o| o.net.lease = Some(Ok(lease("n1", 41))),
+        CheckId::Lease,
+        Status::Fail,
+        "longer than its 40s duration",
+        "systemctl restart bootlet",
+    ),
+    (
+        "Lease 40s old passes",
+        |o| o.net.lease = Some(Ok(lease("n1", 40))),
+        CheckId::Lease,
+        Status::Pass,
+        "renewed 40s ago",
+        "",
+    ),
+    (
+        "Lease of another holder",
+        |o| o.net.lease = Some(Ok(lease("n2", 1))),
+        CheckId::Lease,
+        Status::Fail,
+        "held by \"n2\"",
+        "kubectl -n kube-node-lease delete lease n1",
+    ),
+    (
+        "Lease missing warns",
+        |o| o.net.lease = Some(Err(api(404, "not found"))),
+        CheckId::Lease,
+        Status::Warn,
+        "no Lease kube-node-lease/n1 yet",
+        "systemctl start bootlet",
+    ),
+];
+
+fn run_rows(base: fn() -> Observations, rows: &[Row]) {
+    for (name, change, id, status, summary, fix) in rows {
+        let mut obs = base();
+        change(&mut obs);
+        let report = evaluate(&obs, now());
+        let o = report.get(*id);
+        assert_eq!(o.status, *status, "{name}: {o:?}");
+        assert!(
+            o.summary.contains(summary),
+            "{name}: {:?} lacks {summary:?}",
+            o.summary
+        );
+        let r = o.remediation.as_deref().unwrap_or("");
+        assert!(r.contains(fix), "{name}: {r:?} lacks {fix:?}");
+        // A failure names the first failing check as the root cause; earlier ones pass.
+        if *status == Status::Fail {
+            assert_eq!(report.root_cause().map(|(i, _)| i), Some(*id), "{name}");
+            assert_eq!(report.exit_code(), 1);
+        }
+    }
+}
+
+#[test]
+fn joining_verdicts() {
+    run_rows(joining, ROWS);
+}
+
+#[test]
+fn joined_verdicts() {
+    run_rows(joined, JOINED_ROWS);
+}
+
+#[test]
+fn rotation_off_warns_from_90_percent_of_the_lifetime() {
+    for (elapsed, status) in [(89, Status::Pass), (90, Status::Warn), (99, Status::Warn)] {
+        let mut obs = joined();
+        let nb = now() - Duration::from_secs(elapsed * 100);
+        obs.cert = CertObs::Checked {
+            path: "/p".into(),
+            info: Some(cert_info(nb, nb + Duration::from_secs(10_000))),
+            verdict: Ok(()),
+        };
+        obs.settings = Some(Ok(settings(false)));
+        let o = evaluate(&obs, now())
+            .get(CheckId::ClientCertificate)
+            .clone();
+        assert_eq!(o.status, status, "{elapsed}%: {o:?}");
+        obs.settings = Some(Ok(settings(true)));
+        let on = evaluate(&obs, now())
+            .get(CheckId::ClientCertificate)
+            .clone();
+        assert_eq!(on.status, Status::Pass, "rotation on: {on:?}");
+    }
+}
+
+#[test]
+fn a_failure_skips_its_dependents_but_not_independent_checks() {
+    let mut obs = joined();
+    obs.net.node = Some(Err(api(404, "not found")));
+    obs.net.lease = Some(Ok(lease("n1", 100)));
+    let report = evaluate(&obs, now());
+    assert_eq!(report.get(CheckId::Node).status, Status::Warn);
+    assert_eq!(report.get(CheckId::Lease).status, Status::Fail);
+
+    let mut obs = joining();
+    obs.net.tcp = Some(Err("connection to 10.0.0.1:6443 refused".into()));
+    let report = evaluate(&obs, now());
+    let statuses: Vec<Status> = report.checks.iter().map(|(_, o)| o.status).collect();
+    assert_eq!(&statuses[..3], [Status::Pass, Status::Pass, Status::Fail]);
+    assert!(statuses[3..].iter().all(|s| *s == Status::Skip));
+    assert!(report
+        .get(CheckId::CaTrust)
+        .summary
+        .contains("needs server-reachable"));
+}
+
+#[test]
+fn ca_mismatch_shows_both_pins() {
+    let mut obs = joining();
+    obs.net.tls = Some(Err(TlsFailure::UnknownCa {
+        kubeconfig_pins: vec!["sha256:aa".into()],
+        server_ca_pins: vec!["sha256:bb".into()],
+        server_issuer: "CN=kubernetes".into(),
+    }));
+    let o = evaluate(&obs, now()).get(CheckId::CaTrust).clone();
+    assert_eq!(o.status, Status::Fail);
+    assert!(o.summary.contains("presents CA sha256:bb"), "{o:?}");
+    assert!(o.summary.contains("trusts CA sha256:aa"), "{o:?}");
+    assert!(o
+        .remediation
+        .unwrap()
+        .contains("--discovery-token-ca-cert-hash sha256:bb"));
+}
+
+#[test]
+fn a_silent_server_fails_reachability() {
+    let mut obs = joining();
+    obs.net.tls = Some(Err(TlsFailure::Timeout {
+        after: Duration::from_secs(2),
+    }));
+    let o = evaluate(&obs, now()).get(CheckId::ServerReachable).clone();
+    assert_eq!(o.status, Status::Fail);
+    assert!(
+        o.summary
+            .contains("did not answer the TLS handshake within 2s"),
+        "{o:?}"
+    );
+}

@@ -1,0 +1,369 @@
+//! doctor's IO shell: everything it looks at, gathered once — settings, both kubeconfigs,
+//! the cert dir, TCP and TLS to the server, its `Date`, SelfSubjectReview/AccessReview, our
+//! CSR, the Node and the Lease. Each step has its own timeout; it judges nothing (checks.rs does).
+
+use std::path::PathBuf;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::authentication::v1::{SelfSubjectReview, UserInfo};
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Node;
+use tokio::time::timeout;
+
+use crate::apiserver::{self, ApiClient, ClientOptions};
+use crate::bootstrap::{check_installed, InstalledError};
+use crate::cli::Flags;
+use crate::config::{ConfigError, Settings};
+use crate::kubeconfig::{self, ClusterAccess, Credential, KubeconfigError};
+use crate::pki::{self, CertInfo};
+
+mod csr;
+mod tls;
+
+pub use tls::{spki_pin, TlsFailure};
+
+/// Bound on DNS + TCP connect.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Bound on the TLS handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Bound on each API request (they run concurrently after the handshake).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_millis(2500);
+/// Bound on the whole network part: connect + handshake + one round of requests ≤ 6.5 s,
+/// and this belt keeps the run under the contract's 10 s whatever happens.
+pub const NETWORK_BUDGET: Duration = Duration::from_secs(8);
+
+const CURRENT_FILE: &str = "kubelet-client-current.pem";
+
+/// Everything doctor saw. `None` means "not looked at" (a prerequisite was missing).
+#[derive(Debug, Default)]
+pub struct Observations {
+    pub settings: Option<Result<Settings, ConfigError>>,
+    pub bootstrap: Option<Result<ClusterAccess, KubeconfigError>>,
+    pub cert: CertObs,
+    /// The credential doctor tests: the installed certificate when it is valid.
+    pub using: Using,
+    /// Server and CA doctor talks to, and the kubeconfig they came from.
+    pub cluster: Option<ClusterAccess>,
+    pub net: Net,
+    /// `/etc/machine-id` of this host, for the stale-Node check.
+    pub machine_id: Option<String>,
+}
+
+/// The installed client certificate.
+#[derive(Debug, Default)]
+pub enum CertObs {
+    /// Nothing at `CERT_DIR/kubelet-client-current.pem`.
+    #[default]
+    Absent,
+    /// The file is there but unreadable or lacks a certificate or key.
+    Unreadable { path: PathBuf, detail: String },
+    /// Checked with the daemon's own `check_installed`; `info` is the leaf when it parses.
+    Checked {
+        path: PathBuf,
+        info: Option<CertInfo>,
+        verdict: Result<(), InstalledError>,
+    },
+}
+
+/// Which credential doctor uses, as the daemon would.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub enum Using {
+    #[default]
+    Nothing,
+    ClientCert {
+        subject: String,
+        serial: String,
+    },
+    BootstrapToken {
+        id: String,
+        file: PathBuf,
+    },
+    /// The bootstrap kubeconfig's user has a client certificate or no credential at all.
+    BootstrapOther {
+        file: PathBuf,
+    },
+}
+
+/// What the network told us.
+#[derive(Debug, Default)]
+pub struct Net {
+    pub tcp: Option<Result<(), String>>,
+    pub tls: Option<Result<(), TlsFailure>>,
+    /// Server clock minus ours, seconds, from a response's `Date`.
+    pub skew: Option<Result<i64, apiserver::Error>>,
+    pub review: Option<Result<UserInfo, apiserver::Error>>,
+    /// With a valid certificate, the bootstrap token is reviewed too (a warning at most).
+    pub token_review: Option<Result<UserInfo, apiserver::Error>>,
+    pub can_create_csr: Option<Result<Sar, apiserver::Error>>,
+    /// `certificatesigningrequests/nodeclient` (token) or `/selfnodeclient` (certificate).
+    pub can_autoapprove: Option<Result<Sar, apiserver::Error>>,
+    pub csr: Option<Result<CsrObs, apiserver::Error>>,
+    pub node: Option<Result<Node, apiserver::Error>>,
+    pub lease: Option<Result<Lease, apiserver::Error>>,
+    /// The network part hit [`NETWORK_BUDGET`].
+    pub budget_exceeded: bool,
+}
+
+/// A SelfSubjectAccessReview answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sar {
+    pub allowed: bool,
+    pub reason: String,
+}
+
+/// Our CSR, if any: the one for the pending key, else the newest for this node.
+#[derive(Debug, Clone)]
+pub enum CsrObs {
+    None,
+    /// The pending key names a CSR the server does not have.
+    Missing {
+        name: String,
+    },
+    Found(Box<CertificateSigningRequest>),
+}
+
+/// Load settings, read the files, pick the credential, then gather the network part.
+pub async fn gather(flags: &Flags) -> Observations {
+    let mut obs = Observations {
+        settings: Some(Settings::load(flags)),
+        ..Observations::default()
+    };
+    let Some(Ok(settings)) = &obs.settings else {
+        return obs;
+    };
+    let settings = settings.clone();
+    local(&settings, &mut obs);
+    if let Some(cluster) = obs.cluster.clone() {
+        let credential = credential_for(&settings, &obs);
+        let cert = matches!(obs.using, Using::ClientCert { .. });
+        let bootstrap = match &obs.bootstrap {
+            Some(Ok(b)) if cert && matches!(b.credential, Credential::Token(_)) => Some(b.clone()),
+            _ => None,
+        };
+        let mut net = Net::default();
+        let work = network(&settings, &cluster, credential, cert, bootstrap, &mut net);
+        net.budget_exceeded = timeout(NETWORK_BUDGET, work).await.is_err();
+        obs.net = net;
+    }
+    obs
+}
+
+/// The files: bootstrap kubeconfig, installed certificate, kubelet kubeconfig, machine id.
+fn local(s: &Settings, obs: &mut Observations) {
+    let bootstrap = kubeconfig::read(&s.bootstrap_kubeconfig, s.allow_insecure_kubeconfig);
+    let kubelet = kubeconfig::read(&s.kubeconfig, s.allow_insecure_kubeconfig).ok();
+    let own_cluster = kubelet.or_else(|| bootstrap.as_ref().ok().cloned());
+    obs.machine_id = std::fs::read_to_string("/etc/machine-id")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty());
+    let path = s.cert_dir.join(CURRENT_FILE);
+    obs.cert = match std::fs::read_to_string(&path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => CertObs::Absent,
+        Err(e) => CertObs::Unreadable {
+            path,
+            detail: e.to_string(),
+        },
+        Ok(text) => match pki::split_pem(&text) {
+            (chain, _) if chain.is_empty() => CertObs::Unreadable {
+                path,
+                detail: "no CERTIFICATE block".into(),
+            },
+            (_, None) => CertObs::Unreadable {
+                path,
+                detail: "no PRIVATE KEY block".into(),
+            },
+            (chain, Some(key)) => {
+                let info = pki::parse_cert_chain(&chain)
+                    .ok()
+                    .and_then(|c| c.into_iter().next().map(|(i, _)| i));
+                let ca = own_cluster.as_ref().map(|c| c.ca_pem.clone());
+                let verdict =
+                    check_installed(chain, key, &s.node_name, &ca.unwrap_or_default()).map(drop);
+                CertObs::Checked {
+                    path,
+                    info,
+                    verdict,
+                }
+            }
+        },
+    };
+    let cert_ok = matches!(
+        obs.cert,
+        CertObs::Checked {
+            verdict: Ok(()),
+            ..
+        }
+    );
+    if let (true, Some(cluster), CertObs::Checked { info: Some(i), .. }) =
+        (cert_ok, &own_cluster, &obs.cert)
+    {
+        obs.using = Using::ClientCert {
+            subject: i.subject_cn.clone(),
+            serial: i.serial.clone(),
+        };
+        obs.cluster = Some(cluster.clone());
+    } else if let Ok(b) = &bootstrap {
+        obs.using = match &b.credential {
+            Credential::Token(t) => Using::BootstrapToken {
+                id: t.id().to_string(),
+                file: b.path.clone(),
+            },
+            _ => Using::BootstrapOther {
+                file: b.path.clone(),
+            },
+        };
+        obs.cluster = Some(b.clone());
+    }
+    obs.bootstrap = Some(bootstrap);
+}
+
+/// The credential for `obs.using` (the installed cert's chain and key, or the bootstrap one).
+fn credential_for(s: &Settings, obs: &Observations) -> Credential {
+    if matches!(obs.using, Using::ClientCert { .. }) {
+        if let Ok(text) = std::fs::read_to_string(s.cert_dir.join(CURRENT_FILE)) {
+            if let (chain_pem, Some(key)) = pki::split_pem(&text) {
+                return Credential::ClientCert { chain_pem, key };
+            }
+        }
+    }
+    match &obs.bootstrap {
+        Some(Ok(b)) => b.credential.clone(),
+        _ => Credential::None,
+    }
+}
+
+/// TCP, TLS, then every API observation concurrently, each bounded by its own timeout.
+async fn network(
+    s: &Settings,
+    cluster: &ClusterAccess,
+    credential: Credential,
+    cert: bool,
+    bootstrap: Option<ClusterAccess>,
+    net: &mut Net,
+) {
+    let tcp = tls::connect(&cluster.server, CONNECT_TIMEOUT).await;
+    let stream = match tcp {
+        Ok(stream) => {
+            net.tcp = Some(Ok(()));
+            stream
+        }
+        Err(e) => {
+            net.tcp = Some(Err(e));
+            return;
+        }
+    };
+    let tls = tls::handshake(stream, &cluster.server, &cluster.ca_pem, HANDSHAKE_TIMEOUT).await;
+    let trusted = tls.is_ok();
+    net.tls = Some(tls);
+    if !trusted {
+        return;
+    }
+    let opts = ClientOptions {
+        request_timeout: REQUEST_TIMEOUT,
+        connect_timeout: CONNECT_TIMEOUT,
+        ..ClientOptions::default()
+    };
+    let Ok(client) = ApiClient::new(&cluster.server, &cluster.ca_pem, &credential, opts.clone())
+    else {
+        return;
+    };
+    let token_client =
+        bootstrap.and_then(|b| ApiClient::new(&b.server, &b.ca_pem, &b.credential, opts).ok());
+    let node = s.node_name.as_str();
+    let sub = if cert { "selfnodeclient" } else { "nodeclient" };
+    let pending = csr::pending_name(s);
+    let lease_path =
+        format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}");
+    let (skew, review, token_review, create, approve, csr, node_obj, lease) = tokio::join!(
+        async {
+            match client.get::<serde_json::Value>("/version").await {
+                Err(e) if !matches!(e, apiserver::Error::Api { .. }) => Err(e),
+                _ => Ok(client.clock_skew_secs()),
+            }
+        },
+        self_review(&client),
+        async {
+            match &token_client {
+                Some(c) => Some(self_review(c).await),
+                None => None,
+            }
+        },
+        access_review(&client, "create", ""),
+        access_review(&client, "create", sub),
+        csr::find(&client, node, pending),
+        async {
+            if cert {
+                Some(client.get::<Node>(&format!("/api/v1/nodes/{node}")).await)
+            } else {
+                None
+            }
+        },
+        async {
+            if cert {
+                Some(client.get::<Lease>(&lease_path).await)
+            } else {
+                None
+            }
+        },
+    );
+    net.skew = Some(skew);
+    net.review = Some(review);
+    net.token_review = token_review;
+    net.can_create_csr = Some(create);
+    net.can_autoapprove = Some(approve);
+    net.csr = Some(csr);
+    net.node = node_obj;
+    net.lease = lease;
+}
+
+async fn self_review(client: &ApiClient) -> Result<UserInfo, apiserver::Error> {
+    let review: SelfSubjectReview = client
+        .create(
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            &SelfSubjectReview::default(),
+        )
+        .await?;
+    Ok(review.status.and_then(|s| s.user_info).unwrap_or_default())
+}
+
+/// May we `verb` CSRs (or their `subresource`) at the cluster scope?
+async fn access_review(
+    client: &ApiClient,
+    verb: &str,
+    subresource: &str,
+) -> Result<Sar, apiserver::Error> {
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.into()),
+                group: Some("certificates.k8s.io".into()),
+                resource: Some("certificatesigningrequests".into()),
+                subresource: (!subresource.is_empty()).then(|| subresource.to_string()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let answer: SelfSubjectAccessReview = client
+        .create(
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            &review,
+        )
+        .await?;
+    let status = answer.status.unwrap_or_default();
+    Ok(Sar {
+        allowed: status.allowed,
+        reason: status.reason.unwrap_or_default(),
+    })
+}
+
+/// Now, for the verdicts (the one clock read of a run).
+pub fn now() -> SystemTime {
+    SystemTime::now()
+}

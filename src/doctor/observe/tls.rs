@@ -1,0 +1,202 @@
+//! The connect and handshake doctor observes on its own: DNS + TCP, then a TLS handshake
+//! that trusts only the kubeconfig CA while recording the chain the server presented, so a
+//! CA mismatch can show both CA pins. Sends no request; the API client does that.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::WebPkiServerVerifier;
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use sha2::{Digest as _, Sha256};
+use tokio::net::TcpStream;
+use tokio::time::timeout;
+use x509_parser::prelude::{FromDer as _, X509Certificate};
+
+use crate::apiserver::tls;
+
+/// Why the handshake did not give a trusted session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TlsFailure {
+    /// Connected, but no TLS answer in time: the server accepts and never answers.
+    Timeout { after: Duration },
+    /// Not TLS, reset, or an alert unrelated to trust.
+    Protocol { detail: String },
+    /// The server's chain does not lead to the kubeconfig CA ("x509: certificate signed
+    /// by unknown authority"). Pins are kubeadm's `sha256:<hex SPKI digest>`.
+    UnknownCa {
+        kubeconfig_pins: Vec<String>,
+        /// Pins of the CA certificates the server sent with its own, if any.
+        server_ca_pins: Vec<String>,
+        server_issuer: String,
+    },
+    /// Trusted CA, but the certificate is wrong for this server (name, validity...).
+    BadCertificate { detail: String },
+}
+
+/// Resolve and connect to `server`'s host and port within `limit`.
+pub async fn connect(server: &str, limit: Duration) -> Result<TcpStream, String> {
+    let (host, port) = host_port(server)?;
+    let addrs = match timeout(limit, tokio::net::lookup_host((host.as_str(), port))).await {
+        Err(_) => return Err(format!("resolving {host} timed out after {limit:?}")),
+        Ok(Err(e)) => return Err(format!("cannot resolve {host}: {e}")),
+        Ok(Ok(a)) => a.collect::<Vec<_>>(),
+    };
+    let Some(first) = addrs.first().copied() else {
+        return Err(format!("cannot resolve {host}: no addresses"));
+    };
+    match timeout(limit, TcpStream::connect(&addrs[..])).await {
+        Err(_) => Err(format!("connecting to {first} timed out after {limit:?}")),
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
+            Err(format!("connection to {first} refused"))
+        }
+        Ok(Err(e)) => Err(format!("cannot connect to {first}: {e}")),
+        Ok(Ok(s)) => Ok(s),
+    }
+}
+
+/// A TLS handshake over `stream` that trusts only `ca_pem`.
+pub async fn handshake(
+    stream: TcpStream,
+    server: &str,
+    ca_pem: &[u8],
+    limit: Duration,
+) -> Result<(), TlsFailure> {
+    let protocol = |detail: String| TlsFailure::Protocol { detail };
+    let (host, _) = host_port(server).map_err(protocol)?;
+    let name = ServerName::try_from(host).map_err(|e| protocol(e.to_string()))?;
+    let anchors = pem_certs(ca_pem);
+    let mut roots = RootCertStore::empty();
+    for der in &anchors {
+        let _ = roots.add(CertificateDer::from(der.clone()));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let inner = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+        .map_err(|e| protocol(format!("the kubeconfig CA is not a usable trust root: {e}")))?;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let verifier = Arc::new(Recording {
+        inner,
+        seen: seen.clone(),
+    });
+    let config = tls::builder()
+        .map_err(protocol)?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let result = match timeout(limit, connector.connect(name, stream)).await {
+        Err(_) => return Err(TlsFailure::Timeout { after: limit }),
+        Ok(r) => r,
+    };
+    let Err(e) = result else { return Ok(()) };
+    let chain = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let cert_error = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .and_then(|r| match r {
+            rustls::Error::InvalidCertificate(c) => Some(c.clone()),
+            _ => None,
+        });
+    Err(match cert_error {
+        Some(CertificateError::UnknownIssuer | CertificateError::BadSignature) => {
+            TlsFailure::UnknownCa {
+                kubeconfig_pins: anchors.iter().filter_map(|d| spki_pin(d)).collect(),
+                server_ca_pins: chain.iter().skip(1).filter_map(|d| spki_pin(d)).collect(),
+                server_issuer: chain.first().map(|d| issuer(d)).unwrap_or_default(),
+            }
+        }
+        Some(other) => TlsFailure::BadCertificate {
+            detail: format!("{other:?}"),
+        },
+        None => protocol(e.to_string()),
+    })
+}
+
+/// kubeadm's CA pin: `sha256:` + hex of SHA-256 over the certificate's SubjectPublicKeyInfo.
+pub fn spki_pin(der: &[u8]) -> Option<String> {
+    let (_, cert) = X509Certificate::from_der(der).ok()?;
+    let digest = Sha256::digest(cert.public_key().raw);
+    Some(format!(
+        "sha256:{}",
+        digest
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    ))
+}
+
+fn issuer(der: &[u8]) -> String {
+    X509Certificate::from_der(der)
+        .map(|(_, c)| c.issuer().to_string())
+        .unwrap_or_default()
+}
+
+fn pem_certs(pem: &[u8]) -> Vec<Vec<u8>> {
+    rustls_pemfile::certs(&mut &pem[..])
+        .filter_map(Result::ok)
+        .map(|c| c.to_vec())
+        .collect()
+}
+
+/// `https://host:port` → (host without brackets, port; 443 by default).
+fn host_port(server: &str) -> Result<(String, u16), String> {
+    let url = reqwest::Url::parse(server).map_err(|e| format!("server {server:?}: {e}"))?;
+    let host = url
+        .host_str()
+        .ok_or_else(|| format!("server {server:?} has no host"))?;
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    Ok((host, url.port_or_known_default().unwrap_or(443)))
+}
+
+/// Delegates every decision to the webpki verifier; only remembers what it was shown.
+#[derive(Debug)]
+struct Recording {
+    inner: Arc<WebPkiServerVerifier>,
+    seen: Arc<Mutex<Vec<Vec<u8>>>>,
+}
+
+impl ServerCertVerifier for Recording {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let chain = std::iter::once(end_entity)
+            .chain(intermediates)
+            .map(|c| c.to_vec())
+            .collect();
+        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = chain;
+        self.inner
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}

@@ -1,0 +1,873 @@
+//! `bootlet doctor` against the testplane: one scenario per root cause of issue #11, each
+//! asserting rootCause, every check's status, the summary and the remediation; kubectl
+//! remediations are run with the real kubectl and doctor must then pass; the run is bounded
+//! against a server that never answers; the JSON shape has a snapshot.
+
+mod support;
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, SystemTime};
+
+use base64::Engine as _;
+use bootlet::apiserver::{ApiClient, ClientOptions};
+use bootlet::backoff::Backoff;
+use bootlet::kubeconfig::{BootstrapToken, Credential};
+use bootlet::pki::files::CertDir;
+use bootlet::pki::NodeKey;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::api::core::v1::{
+    Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Taint,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use serde_json::Value;
+use support::{path, NodeDir};
+use testplane::{Approval, Signer, TestPlane};
+
+const NODE: &str = "node-1";
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// A kubeconfig like kubeadm's bootstrap-kubelet.conf; `None` leaves the field out.
+fn kubeconfig(server: Option<&str>, ca_pem: &str, token: Option<&str>) -> String {
+    let b64 = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    let server = server.map_or(String::new(), |s| format!("\n    server: {s}"));
+    let user = token.map_or("{}".to_string(), |t| format!("\n    token: {t}"));
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    certificate-authority-data: {b64}{server}\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\ncurrent-context: x\nusers:\n- name: u\n  user: {user}\n"
+    )
+}
+
+/// What one doctor run printed and returned.
+struct Run {
+    code: Option<i32>,
+    json: Value,
+    took: Duration,
+}
+
+impl Run {
+    /// The 11 statuses as one letter each (P W F S), in contract order.
+    fn statuses(&self) -> String {
+        self.checks()
+            .iter()
+            .map(|c| match c["status"].as_str().unwrap() {
+                "pass" => 'P',
+                "warn" => 'W',
+                "fail" => 'F',
+                "skip" => 'S',
+                other => panic!("status {other}"),
+            })
+            .collect()
+    }
+    fn checks(&self) -> &Vec<Value> {
+        self.json["checks"].as_array().unwrap()
+    }
+    fn check(&self, id: &str) -> &Value {
+        self.checks().iter().find(|c| c["id"] == id).unwrap()
+    }
+    fn root(&self) -> Option<&str> {
+        self.json["rootCause"].as_str()
+    }
+}
+
+async fn doctor(args: &[String], output: &str) -> (Option<i32>, String, Duration) {
+    let started = tokio::time::Instant::now();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_bootlet"))
+        .arg("doctor")
+        .args(args)
+        .args(["--output", output])
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    (
+        out.status.code(),
+        String::from_utf8(out.stdout).unwrap(),
+        took,
+    )
+}
+
+async fn doctor_json(args: &[String]) -> Run {
+    let (code, out, took) = doctor(args, "json").await;
+    let json = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    Run { code, json, took }
+}
+
+/// The node's flags (as for `run`, minus the subcommand).
+fn flags(dir: &NodeDir) -> Vec<String> {
+    dir.args(NODE)[1..].to_vec()
+}
+
+/// File our CSR with the bootstrap token the way the daemon does (pending key kept in the
+/// cert dir, so doctor finds the CSR by the daemon's own name for it). Returns its name.
+async fn file_csr(tp: &TestPlane, dir: &NodeDir, token: &str) -> String {
+    let key = NodeKey::generate().unwrap();
+    CertDir::open(&dir.cert_dir)
+        .unwrap()
+        .store_pending_key(&key.to_pem())
+        .unwrap();
+    let client = token_client(tp, token);
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1), 0.1).unwrap();
+    bootlet::csr::file(&client, &key, NODE, &mut backoff)
+        .await
+        .unwrap();
+    bootlet::pki::csr_name(&key, NODE)
+}
+
+fn token_client(tp: &TestPlane, token: &str) -> ApiClient {
+    let credential = Credential::Token(BootstrapToken::new(token));
+    ApiClient::new(
+        &tp.url(),
+        tp.ca_pem().as_bytes(),
+        &credential,
+        ClientOptions::default(),
+    )
+    .unwrap()
+}
+
+/// Wait until CSR `name` has a condition of type `cond`.
+async fn csr_condition(tp: &TestPlane, name: &str, cond: &str) {
+    let mut events = tp.events();
+    let has = |tp: &TestPlane| {
+        tp.csr(name)
+            .and_then(|c| c.status)
+            .and_then(|s| s.conditions)
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == cond))
+    };
+    tokio::time::timeout(support::WAIT, async {
+        while !has(tp) {
+            let _ = events.recv().await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("CSR {name} never got {cond}"));
+}
+
+/// Install a client certificate for `cn` valid from `nb` to `na` into the cert dir, the way
+/// bootlet installs one (timestamped file + current symlink, key included).
+fn install_cert(
+    tp: &TestPlane,
+    dir: &NodeDir,
+    cn: &str,
+    nb: SystemTime,
+    na: SystemTime,
+    rogue: bool,
+) {
+    let key = NodeKey::generate().unwrap();
+    let pem = tp
+        .sign_client_cert(&key.public_key_der(), cn, &["system:nodes"], nb, na, rogue)
+        .unwrap();
+    CertDir::open(&dir.cert_dir)
+        .unwrap()
+        .install(&pem, &key.to_pem(), SystemTime::now())
+        .unwrap();
+}
+
+fn valid_cert(tp: &TestPlane, dir: &NodeDir) {
+    let now = SystemTime::now();
+    install_cert(
+        tp,
+        dir,
+        &format!("system:node:{NODE}"),
+        now - HOUR,
+        now + 24 * HOUR,
+        false,
+    );
+}
+
+fn token_id(token: &str) -> &str {
+    &token[..6]
+}
+
+fn node(
+    ready: &str,
+    net_unavailable: bool,
+    pod_cidr: Option<&str>,
+    cloud: bool,
+    machine_id: &str,
+) -> Node {
+    let cond = |t: &str, s: &str, reason: &str| NodeCondition {
+        type_: t.into(),
+        status: s.into(),
+        reason: Some(reason.into()),
+        message: Some(format!("{t} is {s}")),
+        ..Default::default()
+    };
+    let mut conditions = vec![cond("Ready", ready, "KubeletReady")];
+    if net_unavailable {
+        conditions.push(cond("NetworkUnavailable", "True", "NoRouteCreated"));
+    }
+    let labels = cloud.then(|| {
+        [
+            ("topology.kubernetes.io/zone", "zone-a"),
+            ("node.kubernetes.io/instance-type", "m5.large"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+    });
+    let taints = (!cloud).then(|| {
+        vec![Taint {
+            key: "node.cloudprovider.kubernetes.io/uninitialized".into(),
+            value: Some("true".into()),
+            effect: "NoSchedule".into(),
+            ..Default::default()
+        }]
+    });
+    Node {
+        metadata: ObjectMeta {
+            name: Some(NODE.into()),
+            labels,
+            ..Default::default()
+        },
+        spec: Some(NodeSpec {
+            pod_cidr: pod_cidr.map(str::to_string),
+            taints,
+            ..Default::default()
+        }),
+        status: Some(NodeStatus {
+            conditions: Some(conditions),
+            node_info: Some(NodeSystemInfo {
+                machine_id: machine_id.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+    }
+}
+
+fn lease(holder: &str, renewed_ago: Duration) -> Lease {
+    Lease {
+        metadata: ObjectMeta {
+            name: Some(NODE.into()),
+            namespace: Some("kube-node-lease".into()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(holder.into()),
+            lease_duration_seconds: Some(40),
+            renew_time: Some(MicroTime(
+                jiff::Timestamp::try_from(SystemTime::now() - renewed_ago).unwrap(),
+            )),
+            ..Default::default()
+        }),
+    }
+}
+
+fn machine_id() -> String {
+    std::fs::read_to_string("/etc/machine-id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+/// The CA's kubeadm pin, computed by openssl (an independent peer).
+fn openssl_pin(ca_pem: &str) -> String {
+    let script = "openssl x509 -pubkey -noout | openssl pkey -pubin -outform der | openssl dgst -sha256 -hex";
+    let mut child = std::process::Command::new("sh")
+        .args(["-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(ca_pem.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    format!("sha256:{}", text.trim().rsplit(' ').next().unwrap())
+}
+
+/// Run a printed remediation with the real kubectl as the cluster admin.
+fn run_remediation(tp: &TestPlane, dir: &Path, fix: &str) {
+    let admin = dir.join("admin.conf");
+    std::fs::write(&admin, tp.admin_kubeconfig()).unwrap();
+    let out = std::process::Command::new("sh")
+        .args(["-c", fix])
+        .env("KUBECONFIG", &admin)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{fix}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// One scenario: what to set up, and what doctor must say.
+struct Case {
+    name: &'static str,
+    /// P W F S per check, in contract order.
+    statuses: &'static str,
+    root: Option<&'static str>,
+    /// Substrings of the root cause's (or, without one, the first warning's) summary.
+    summary: &'static [&'static str],
+    /// Substring of its remediation.
+    fix: &'static str,
+}
+
+/// Build scenario `name` on a fresh testplane; returns the plane, the node dir, extra
+/// flags, and `{token}`/`{csr}`/pins to substitute into the expectations.
+async fn setup(name: &str) -> (TestPlane, NodeDir, Vec<String>, Vec<(String, String)>) {
+    let tp = TestPlane::builder().start().await.unwrap();
+    let token = tp.create_token(Some(HOUR));
+    let good = kubeconfig(Some(&tp.url()), &tp.ca_pem(), Some(&token));
+    let dir = NodeDir::new(&good);
+    let mut extra = vec![];
+    let mut subst = vec![("{token}".to_string(), token_id(&token).to_string())];
+    let write = |text: &str| std::fs::write(&dir.bootstrap, text).unwrap();
+    let now = SystemTime::now();
+    match name {
+        "1 kubeconfig missing" => std::fs::remove_file(&dir.bootstrap).unwrap(),
+        "1 kubeconfig unreadable" => {
+            // A directory where the file should be: read(2) fails (EISDIR) even for root.
+            std::fs::remove_file(&dir.bootstrap).unwrap();
+            std::fs::create_dir(&dir.bootstrap).unwrap();
+        }
+        "1 kubeconfig not yaml" => write(": [ not yaml"),
+        "1 kubeconfig without server" => write(&kubeconfig(None, &tp.ca_pem(), Some(&token))),
+        "1 kubeconfig without token" => write(&kubeconfig(Some(&tp.url()), &tp.ca_pem(), None)),
+        "1 config file does not parse" => {
+            let cfg = dir.tmp.path().join("bootlet.yaml");
+            std::fs::write(&cfg, "nodeName: [unterminated\n").unwrap();
+            extra = vec!["--config".into(), path(&cfg)];
+        }
+        "2 token malformed" => write(&kubeconfig(
+            Some(&tp.url()),
+            &tp.ca_pem(),
+            Some("Not-A.Bootstrap-Token"),
+        )),
+        "3 connection refused" => {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let url = format!("https://{}", l.local_addr().unwrap());
+            drop(l);
+            write(&kubeconfig(Some(&url), &tp.ca_pem(), Some(&token)));
+        }
+        "3 unresolvable" => write(&kubeconfig(
+            Some("https://no-such-host.invalid:6443"),
+            &tp.ca_pem(),
+            Some(&token),
+        )),
+        "4 ca mismatch" => {
+            let other = testplane::pki::Ca::generate("other-cluster").unwrap();
+            write(&kubeconfig(Some(&tp.url()), other.cert_pem(), Some(&token)));
+            subst.push(("{ours}".into(), openssl_pin(other.cert_pem())));
+            subst.push(("{theirs}".into(), openssl_pin(&tp.ca_pem())));
+        }
+        "5 clock skew fail" => tp.faults().skew_date(600),
+        "5 clock skew warn" => tp.faults().skew_date(-90),
+        "5 cert not yet valid" => install_cert(
+            &tp,
+            &dir,
+            &format!("system:node:{NODE}"),
+            now + HOUR,
+            now + 2 * HOUR,
+            false,
+        ),
+        "6 token expired" => tp.expire_token(token_id(&token)).unwrap(),
+        "6 token deleted" => tp.delete_token(token_id(&token)).unwrap(),
+        "7 unexpected identity" => {
+            let t = "abcdef.0123456789abcdef";
+            tp.add_static_token(t, "kubelet", &["system:nodes"]);
+            write(&kubeconfig(Some(&tp.url()), &tp.ca_pem(), Some(t)));
+        }
+        "8 bootstrap binding deleted" => tp
+            .delete_cluster_role_binding("kubeadm:kubelet-bootstrap")
+            .unwrap(),
+        "9 csr pending, no approver" => {
+            tp.delete_cluster_role_binding("kubeadm:node-autoapprove-bootstrap")
+                .unwrap();
+            let name = file_csr(&tp, &dir, &token).await;
+            subst.push(("{csr}".into(), name));
+        }
+        "10 csr denied" => {
+            tp.set_approval(Approval::Manual);
+            let name = file_csr(&tp, &dir, &token).await;
+            tp.deny(&name, "Policy\u{1b}[2J\nRejected").unwrap();
+            csr_condition(&tp, &name, "Denied").await;
+            subst.push(("{csr}".into(), name));
+        }
+        "10 csr failed" => {
+            tp.set_approval(Approval::Manual);
+            // Approved by hand although the signer will refuse it (no client auth usage).
+            let key = NodeKey::generate().unwrap();
+            let mut csr = bootlet::csr::build(&key, NODE).unwrap();
+            csr.spec.usages = Some(vec!["digital signature".into()]);
+            let client = token_client(&tp, &token);
+            let _: Value = client
+                .create(
+                    "/apis/certificates.k8s.io/v1/certificatesigningrequests",
+                    &csr,
+                )
+                .await
+                .unwrap();
+            let name = csr.metadata.name.clone().unwrap();
+            tp.approve(&name).unwrap();
+            csr_condition(&tp, &name, "Failed").await;
+            subst.push(("{csr}".into(), name));
+        }
+        "11 approved, never issued" => {
+            tp.set_signer(Signer::None);
+            let name = file_csr(&tp, &dir, &token).await;
+            csr_condition(&tp, &name, "Approved").await;
+            subst.push(("{csr}".into(), name));
+        }
+        "12 cert for another node name" => install_cert(
+            &tp,
+            &dir,
+            "system:node:old-name",
+            now - HOUR,
+            now + HOUR,
+            false,
+        ),
+        "13 cert expired" => install_cert(
+            &tp,
+            &dir,
+            &format!("system:node:{NODE}"),
+            now - 2 * HOUR,
+            now - HOUR,
+            false,
+        ),
+        "13 rotation off, near expiry" => {
+            install_cert(
+                &tp,
+                &dir,
+                &format!("system:node:{NODE}"),
+                now - 9 * HOUR,
+                now + HOUR,
+                false,
+            );
+            extra = vec!["--rotate-certificates=false".into()];
+        }
+        "14 cert from another CA" => install_cert(
+            &tp,
+            &dir,
+            &format!("system:node:{NODE}"),
+            now - HOUR,
+            now + HOUR,
+            true,
+        ),
+        "15 stale node from a reinstall" => {
+            valid_cert(&tp, &dir);
+            tp.put_node(&node(
+                "True",
+                false,
+                Some("10.244.1.0/24"),
+                true,
+                "0123456789abcdef0123456789abcdef",
+            ));
+            tp.put_lease(&lease(NODE, Duration::from_secs(1)));
+        }
+        "16 node NotReady" => {
+            valid_cert(&tp, &dir);
+            tp.put_node(&node(
+                "False",
+                false,
+                Some("10.244.1.0/24"),
+                true,
+                &machine_id(),
+            ));
+            tp.put_lease(&lease(NODE, Duration::from_secs(1)));
+        }
+        "16 node NetworkUnavailable" => {
+            valid_cert(&tp, &dir);
+            tp.put_node(&node(
+                "True",
+                true,
+                Some("10.244.1.0/24"),
+                true,
+                &machine_id(),
+            ));
+            tp.put_lease(&lease(NODE, Duration::from_secs(1)));
+        }
+        "16 node uninitialised" => {
+            valid_cert(&tp, &dir);
+            tp.put_node(&node("True", false, None, false, &machine_id()));
+            tp.put_lease(&lease(NODE, Duration::from_secs(1)));
+        }
+        "16 node missing" => {
+            valid_cert(&tp, &dir);
+            tp.put_lease(&lease(NODE, Duration::from_secs(1)));
+        }
+        "16 healthy node" => {
+            valid_cert(&tp, &dir);
+            tp.put_node(&node(
+                "True",
+                false,
+                Some("10.244.1.0/24"),
+                true,
+                &machine_id(),
+            ));
+            tp.put_lease(&lease(NODE, Duration::from_secs(1)));
+        }
+        "17 lease stale" => {
+            valid_cert(&tp, &dir);
+            tp.put_node(&node(
+                "True",
+                false,
+                Some("10.244.1.0/24"),
+                true,
+                &machine_id(),
+            ));
+            tp.put_lease(&lease(NODE, Duration::from_secs(300)));
+        }
+        "17 lease held by another" => {
+            valid_cert(&tp, &dir);
+            tp.put_node(&node(
+                "True",
+                false,
+                Some("10.244.1.0/24"),
+                true,
+                &machine_id(),
+            ));
+            tp.put_lease(&lease("node-9", Duration::from_secs(1)));
+        }
+        other => panic!("no scenario {other}"),
+    }
+    (tp, dir, extra, subst)
+}
+
+const CASES: &[Case] = &[
+    Case { name: "1 kubeconfig missing", statuses: "PFSSSSSSSSS", root: Some("bootstrap-kubeconfig"), summary: &["bootstrap-kubelet.conf: no such file", "cannot join"], fix: "kubeadm token create --print-join-command" },
+    Case { name: "1 kubeconfig unreadable", statuses: "PFSSSSSSSSS", root: Some("bootstrap-kubeconfig"), summary: &["bootstrap-kubelet.conf: cannot read: Is a directory"], fix: "kubeadm token create --print-join-command" },
+    Case { name: "1 kubeconfig not yaml", statuses: "PFSSSSSSSSS", root: Some("bootstrap-kubeconfig"), summary: &["not a kubeconfig"], fix: "kubeadm token create --print-join-command" },
+    Case { name: "1 kubeconfig without server", statuses: "PFSSSSSSSSS", root: Some("bootstrap-kubeconfig"), summary: &["has no server"], fix: "kubeadm token create --print-join-command" },
+    Case { name: "1 kubeconfig without token", statuses: "PFSSSSSSSSS", root: Some("bootstrap-kubeconfig"), summary: &["has no token"], fix: "kubeadm token create --print-join-command" },
+    Case { name: "1 config file does not parse", statuses: "FSSSSSSSSSS", root: Some("config"), summary: &["bootlet.yaml"], fix: "bootlet doctor" },
+    Case { name: "2 token malformed", statuses: "PFSSSSSSSSS", root: Some("bootstrap-kubeconfig"), summary: &["not a bootstrap token", "[a-z0-9]{6}.[a-z0-9]{16}"], fix: "kubeadm token create --print-join-command" },
+    Case { name: "3 connection refused", statuses: "PPFSSSSSSSS", root: Some("server-reachable"), summary: &["refused"], fix: "curl -sk https://127.0.0.1:" },
+    Case { name: "3 unresolvable", statuses: "PPFSSSSSSSS", root: Some("server-reachable"), summary: &["cannot resolve no-such-host.invalid"], fix: "curl -sk https://no-such-host.invalid:6443/healthz" },
+    Case { name: "4 ca mismatch", statuses: "PPPFSSSSSSS", root: Some("ca-trust"), summary: &["x509: certificate signed by unknown authority", "presents CA {theirs}", "trusts CA {ours}"], fix: "--discovery-token-ca-cert-hash {theirs}" },
+    Case { name: "5 clock skew fail", statuses: "PPPPFSSSSSS", root: Some("clock-skew"), summary: &["s ahead of this node's clock", "more than 5 minutes"], fix: "timedatectl set-ntp true" },
+    Case { name: "5 clock skew warn", statuses: "PPPPWPPPWSS", root: None, summary: &["s behind this node's clock", "more than 30 s"], fix: "timedatectl set-ntp true" },
+    Case { name: "5 cert not yet valid", statuses: "PPPPFSSSSSS", root: Some("clock-skew"), summary: &["kubelet-client-current.pem is not valid before", "the clock is behind"], fix: "timedatectl set-ntp true" },
+    Case { name: "6 token expired", statuses: "PPPPPFSSSSS", root: Some("authentication"), summary: &["bootstrap token {token} is expired or deleted (401)"], fix: "kubeadm token create --print-join-command" },
+    Case { name: "6 token deleted", statuses: "PPPPPFSSSSS", root: Some("authentication"), summary: &["bootstrap token {token} is expired or deleted (401)"], fix: "kubeadm token create --print-join-command" },
+    Case { name: "7 unexpected identity", statuses: "PPPPPFSSSSS", root: Some("authentication"), summary: &["authenticates as \"kubelet\"", "not system:bootstrap:abcdef"], fix: "kubeadm token create --print-join-command" },
+    Case { name: "8 bootstrap binding deleted", statuses: "PPPPPPFSSSS", root: Some("authorization"), summary: &["system:bootstrap:{token} may not create CertificateSigningRequests", "ClusterRoleBinding kubeadm:kubelet-bootstrap"], fix: "kubectl create clusterrolebinding kubeadm:kubelet-bootstrap --clusterrole=system:node-bootstrapper --group=system:bootstrappers:kubeadm:default-node-token" },
+    Case { name: "9 csr pending, no approver", statuses: "PPPPPPPFSSS", root: Some("csr"), summary: &["CSR {csr} has been pending for", "ClusterRoleBinding kubeadm:node-autoapprove-bootstrap"], fix: "kubectl certificate approve {csr}" },
+    Case { name: "10 csr denied", statuses: "PPPPPPPFSSS", root: Some("csr"), summary: &["CSR {csr} was denied: Policy [2J Rejected: denied by the test"], fix: "kubectl describe csr {csr}" },
+    Case { name: "10 csr failed", statuses: "PPPPPPPFSSS", root: Some("csr"), summary: &["CSR {csr} failed: SignerValidationFailure", "the signer refused it"], fix: "kubectl describe csr {csr}" },
+    Case { name: "11 approved, never issued", statuses: "PPPPPPPFSSS", root: Some("csr"), summary: &["CSR {csr} is approved but no certificate was issued"], fix: "component=kube-controller-manager" },
+    Case { name: "12 cert for another node name", statuses: "PPPPPPPPFSS", root: Some("client-certificate"), summary: &["is for CN=system:node:old-name, O=system:nodes", "this node is CN=system:node:node-1", "--node-name old-name"], fix: "kubelet-client-current.pem && systemctl restart bootlet" },
+    Case { name: "13 cert expired", statuses: "PPPPPPPPFSS", root: Some("client-certificate"), summary: &["kubelet-client-current.pem expired at"], fix: "kubelet-client-current.pem && systemctl restart bootlet" },
+    Case { name: "13 rotation off, near expiry", statuses: "PPPPPPPPWWW", root: None, summary: &["past 90 % of its lifetime and rotation is off"], fix: "--rotate-certificates=true" },
+    Case { name: "14 cert from another CA", statuses: "PPPPPPPPFSS", root: Some("client-certificate"), summary: &["was issued by \"CN=rogue-ca\"", "not by the cluster CA"], fix: "kubelet-client-current.pem && systemctl restart bootlet" },
+    Case { name: "15 stale node from a reinstall", statuses: "PPPPPPPPPFP", root: Some("node"), summary: &["registered by another machine (machineID 0123456789abcdef0123456789abcdef", "stale Node"], fix: "kubectl delete node node-1" },
+    Case { name: "16 node NotReady", statuses: "PPPPPPPPPFP", root: Some("node"), summary: &["Node node-1 is NotReady (KubeletReady: Ready is False)"], fix: "journalctl -u kubelet" },
+    Case { name: "16 node NetworkUnavailable", statuses: "PPPPPPPPPFP", root: Some("node"), summary: &["NetworkUnavailable=True (NoRouteCreated)", "CNI"], fix: "--field-selector spec.nodeName=node-1" },
+    Case { name: "16 node uninitialised", statuses: "PPPPPPPPPWP", root: None, summary: &["node.cloudprovider.kubernetes.io/uninitialized", "no spec.podCIDR", "topology.kubernetes.io/zone, node.kubernetes.io/instance-type missing"], fix: "cloud-controller-manager" },
+    Case { name: "16 node missing", statuses: "PPPPPPPPPWP", root: None, summary: &["Node node-1 is not registered yet"], fix: "systemctl status kubelet" },
+    Case { name: "16 healthy node", statuses: "PPPPPPPPPPP", root: None, summary: &[], fix: "" },
+    Case { name: "17 lease stale", statuses: "PPPPPPPPPPF", root: Some("lease"), summary: &["last renewed 5m", "longer than its 40s duration"], fix: "systemctl restart bootlet" },
+    Case { name: "17 lease held by another", statuses: "PPPPPPPPPPF", root: Some("lease"), summary: &["held by \"node-9\", not node-1"], fix: "kubectl -n kube-node-lease delete lease node-1" },
+];
+
+fn subst(text: &str, vars: &[(String, String)]) -> String {
+    vars.iter()
+        .fold(text.to_string(), |t, (k, v)| t.replace(k, v))
+}
+
+/// Where the case's summary and fix are: the root cause, else the first warning.
+fn focus<'a>(run: &'a Run, case: &Case) -> Option<&'a Value> {
+    match case.root {
+        Some(id) => Some(run.check(id)),
+        None => run.checks().iter().find(|c| c["status"] == "warn"),
+    }
+}
+
+fn assert_case(case: &Case, run: &Run, vars: &[(String, String)]) {
+    let ctx = format!("scenario {:?}: {:#}", case.name, run.json);
+    assert_eq!(run.statuses(), case.statuses, "{ctx}");
+    assert_eq!(run.root(), case.root, "{ctx}");
+    assert_eq!(run.json["ok"], case.root.is_none(), "{ctx}");
+    assert_eq!(
+        run.code,
+        Some(if case.root.is_some() { 1 } else { 0 }),
+        "{ctx}"
+    );
+    let ids: Vec<&str> = run
+        .checks()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 11, "{ctx}");
+    if let Some(c) = focus(run, case) {
+        let summary = c["summary"].as_str().unwrap();
+        for needle in case.summary {
+            let needle = subst(needle, vars);
+            assert!(summary.contains(&needle), "summary lacks {needle:?}; {ctx}");
+        }
+        let fix = c["remediation"].as_str().unwrap_or("");
+        assert!(
+            fix.contains(&subst(case.fix, vars)),
+            "remediation lacks {:?}; {ctx}",
+            case.fix
+        );
+    }
+    for c in run.checks() {
+        let text = format!("{}{}", c["summary"], c["remediation"]);
+        assert!(
+            !text.contains('\u{1b}') && !c["summary"].as_str().unwrap().contains('\n'),
+            "control characters; {ctx}"
+        );
+    }
+    assert!(
+        run.took < Duration::from_secs(10),
+        "took {:?}; {ctx}",
+        run.took
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_root_cause_is_named_with_its_fix() {
+    for case in CASES {
+        let (tp, dir, extra, vars) = setup(case.name).await;
+        let mut args = flags(&dir);
+        args.extend(extra);
+        let before = tp.requests().len();
+        let run = doctor_json(&args).await;
+        assert_case(case, &run, &vars);
+        assert!(
+            tp.unexpected_requests().is_empty(),
+            "{}: {:?}",
+            case.name,
+            tp.unexpected_requests()
+        );
+        // Read-only against the cluster except the two reviews.
+        for r in &tp.requests()[before..] {
+            let write = !matches!(r.verb.as_str(), "get" | "list" | "watch")
+                && !r.path.contains("selfsubject");
+            assert!(
+                !write,
+                "{}: doctor wrote {} {}",
+                case.name, r.method, r.path
+            );
+        }
+        tp.shutdown().await;
+    }
+}
+
+fn case(name: &str) -> &'static Case {
+    CASES.iter().find(|c| c.name == name).unwrap()
+}
+
+/// Scenario `name`: doctor names its root cause; the printed kubectl remediation is run as
+/// the cluster admin with the real kubectl; doctor runs again. Returns the plane, the node
+/// dir, the flags and the second run.
+async fn remediate(name: &str) -> (TestPlane, NodeDir, Vec<String>, Run) {
+    let c = case(name);
+    let (tp, dir, extra, vars) = setup(name).await;
+    let mut args = flags(&dir);
+    args.extend(extra);
+    let run = doctor_json(&args).await;
+    assert_case(c, &run, &vars);
+    let fix = run.check(c.root.unwrap())["remediation"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(fix.starts_with("kubectl "), "{name}: {fix}");
+    run_remediation(&tp, dir.tmp.path(), &fix);
+    let again = doctor_json(&args).await;
+    (tp, dir, args, again)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_restores_the_bootstrap_binding() {
+    let (tp, _dir, _, again) = remediate("8 bootstrap binding deleted").await;
+    assert_eq!(
+        again.check("authorization")["status"],
+        "pass",
+        "{:#}",
+        again.json
+    );
+    assert_eq!(again.root(), None, "{:#}", again.json);
+    assert_eq!(again.code, Some(0));
+    tp.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_approves_the_pending_csr() {
+    let name = "9 csr pending, no approver";
+    let (tp, _dir, args, _) = remediate(name).await;
+    // The signer issues the approved CSR; then doctor sees it issued.
+    let csr = tp.csrs().into_iter().next().unwrap();
+    let csr_name = csr.metadata.name.clone().unwrap();
+    let mut events = tp.events();
+    let issued = |tp: &TestPlane| {
+        tp.csr(&csr_name)
+            .and_then(|c| c.status)
+            .is_some_and(|s| s.certificate.is_some())
+    };
+    tokio::time::timeout(support::WAIT, async {
+        while !issued(&tp) {
+            let _ = events.recv().await;
+        }
+    })
+    .await
+    .expect("the approved CSR is issued");
+    let again = doctor_json(&args).await;
+    assert_eq!(again.check("csr")["status"], "pass", "{:#}", again.json);
+    assert_eq!(again.root(), None, "{:#}", again.json);
+    tp.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_deletes_the_stale_node() {
+    let (tp, _dir, args, again) = remediate("15 stale node from a reinstall").await;
+    // The stale object is gone: no failure left, the Node waits for the kubelet.
+    assert_eq!(again.root(), None, "{:#}", again.json);
+    assert_eq!(again.check("node")["status"], "warn", "{:#}", again.json);
+    assert!(tp.node(NODE).is_none());
+    // The kubelet registers the node again, from this machine: node passes.
+    tp.put_node(&node(
+        "True",
+        false,
+        Some("10.244.1.0/24"),
+        true,
+        &machine_id(),
+    ));
+    let after = doctor_json(&args).await;
+    assert_eq!(after.check("node")["status"], "pass", "{:#}", after.json);
+    assert_eq!(after.code, Some(0));
+    tp.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_deletes_the_foreign_lease_and_bootlet_takes_it() {
+    let (tp, dir, args, again) = remediate("17 lease held by another").await;
+    assert_eq!(again.root(), None, "{:#}", again.json);
+    assert_eq!(again.check("lease")["status"], "warn", "{:#}", again.json);
+    // bootlet run (reusing the installed certificate) creates and renews the Lease.
+    let mut events = tp.events();
+    let agent = support::Agent::spawn(&dir.args(NODE));
+    testplane::wait_for(&mut events, support::WAIT, |e| {
+        matches!(e, testplane::Event::LeaseRenewed { name, .. } | testplane::Event::LeaseCreated { name, .. } if name == NODE)
+            .then_some(())
+    })
+    .await
+    .expect("bootlet writes the Lease");
+    let (status, _) = agent.terminate().await;
+    assert!(status.success());
+    let after = doctor_json(&args).await;
+    assert_eq!(after.check("lease")["status"], "pass", "{:#}", after.json);
+    assert_eq!(after.code, Some(0), "{:#}", after.json);
+    tp.shutdown().await;
+}
+
+/// A server that accepts connections and never says a word.
+async fn silent_server() -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("https://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        let mut held = vec![];
+        while let Ok((sock, _)) = listener.accept().await {
+            held.push(sock);
+        }
+    });
+    (url, task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_never_answers_ends_the_run_within_10s() {
+    let tp = TestPlane::builder().start().await.unwrap();
+    let token = tp.create_token(Some(HOUR));
+    let (url, task) = silent_server().await;
+    let dir = NodeDir::new(&kubeconfig(Some(&url), &tp.ca_pem(), Some(&token)));
+    let run = doctor_json(&flags(&dir)).await;
+    assert!(run.took < Duration::from_secs(10), "took {:?}", run.took);
+    assert_eq!(run.statuses(), "PPFSSSSSSSS", "{:#}", run.json);
+    assert_eq!(run.root(), Some("server-reachable"));
+    let summary = run.check("server-reachable")["summary"].as_str().unwrap();
+    assert!(
+        summary.contains("accepts TCP connections but did not answer the TLS handshake"),
+        "{summary}"
+    );
+    eprintln!("silent server: doctor took {:?}", run.took);
+    task.abort();
+    tp.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_hangs_after_tls_ends_the_run_within_10s() {
+    let tp = TestPlane::builder().start().await.unwrap();
+    let dir = NodeDir::new(&tp.bootstrap_kubeconfig());
+    tp.faults().delay(Duration::from_secs(60));
+    let run = doctor_json(&flags(&dir)).await;
+    assert!(run.took < Duration::from_secs(10), "took {:?}", run.took);
+    assert_eq!(run.statuses(), "PPPPFSSSSSS", "{:#}", run.json);
+    assert_eq!(run.root(), Some("clock-skew"));
+    let summary = run.check("clock-skew")["summary"].as_str().unwrap();
+    assert!(summary.contains("GET /version"), "{summary}");
+    eprintln!("hanging HTTP: doctor took {:?}", run.took);
+    tp.faults().clear();
+    tp.shutdown().await;
+}
+
+/// Compare with `tests/snapshots/NAME`; `UPDATE_SNAPSHOTS=1` rewrites it.
+fn snapshot(name: &str, actual: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/snapshots")
+        .join(name);
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_default();
+    assert_eq!(
+        actual, expected,
+        "{name} changed; rerun with UPDATE_SNAPSHOTS=1 if intended"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_shape_snapshot() {
+    let (tp, dir, _, vars) = setup("6 token expired").await;
+    let (code, out, _) = doctor(&flags(&dir), "json").await;
+    assert_eq!(code, Some(1));
+    let normalized = out
+        .replace(&tp.url(), "https://SERVER")
+        .replace(&path(dir.tmp.path()), "/NODE")
+        .replace(&vars[0].1, "TOKENID");
+    snapshot("doctor-token-expired.json", &normalized);
+    tp.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_output_marks_each_check_and_prints_the_fix() {
+    let (tp, dir, _, vars) = setup("6 token expired").await;
+    let (code, out, _) = doctor(&flags(&dir), "text").await;
+    assert_eq!(code, Some(1));
+    let id = &vars[0].1;
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 14, "{out}");
+    assert!(lines[0].starts_with("✓ config "), "{out}");
+    assert_eq!(
+        lines[5],
+        format!("✗ authentication        bootstrap token {id} is expired or deleted (401)")
+    );
+    assert_eq!(
+        lines[6],
+        "                        fix: kubeadm token create --print-join-command"
+    );
+    assert!(
+        lines[7].starts_with("- authorization         skipped: needs authentication to pass"),
+        "{out}"
+    );
+    assert_eq!(
+        lines[13],
+        format!(
+            "✗ authentication is the root cause: bootstrap token {id} is expired or deleted (401)"
+        )
+    );
+    assert!(
+        !out.contains('\u{1b}'),
+        "no colour when stdout is not a terminal"
+    );
+    tp.shutdown().await;
+}
