@@ -16,7 +16,8 @@ use crate::apiserver::{self, retrying, ApiClient};
 use crate::backoff::Backoff;
 use crate::pki::{self, NodeKey};
 
-const CSR_PATH: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+/// The CSR collection (doctor reads it too; only this module writes it).
+pub const CSR_PATH: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
 /// Server-side bound of one watch request; client-go picks 5-10 minutes.
 const WATCH_SECONDS: u64 = 300;
 const WATCH_TIMEOUT: Duration = Duration::from_secs(WATCH_SECONDS);

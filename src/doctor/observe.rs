@@ -18,7 +18,9 @@ use crate::apiserver::{self, ApiClient, ClientOptions};
 use crate::bootstrap::{check_installed, InstalledError};
 use crate::cli::Flags;
 use crate::config::{ConfigError, Settings};
+use crate::error::report;
 use crate::kubeconfig::{self, ClusterAccess, Credential, KubeconfigError};
+use crate::pki::files::CertDir;
 use crate::pki::{self, CertInfo};
 
 mod csr;
@@ -35,8 +37,6 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_millis(2500);
 /// Bound on the whole network part: connect + handshake + one round of requests ≤ 6.5 s,
 /// and this belt keeps the run under the contract's 10 s whatever happens.
 pub const NETWORK_BUDGET: Duration = Duration::from_secs(8);
-
-const CURRENT_FILE: &str = "kubelet-client-current.pem";
 
 /// Everything doctor saw. `None` means "not looked at" (a prerequisite was missing).
 #[derive(Debug, Default)]
@@ -60,6 +60,7 @@ pub enum CertObs {
     #[default]
     Absent,
     /// The file is there but unreadable or lacks a certificate or key.
+    /// The file is there but unusable; `detail` names it and says why.
     Unreadable { path: PathBuf, detail: String },
     /// Checked with the daemon's own `check_installed`; `info` is the leaf when it parses.
     Checked {
@@ -161,36 +162,27 @@ fn local(s: &Settings, obs: &mut Observations) {
         .ok()
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty());
-    let path = s.cert_dir.join(CURRENT_FILE);
-    obs.cert = match std::fs::read_to_string(&path) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => CertObs::Absent,
+    let dir = CertDir::peek(&s.cert_dir);
+    let path = dir.current_path();
+    obs.cert = match dir.read_current() {
+        Ok(None) => CertObs::Absent,
         Err(e) => CertObs::Unreadable {
             path,
-            detail: e.to_string(),
+            detail: report(&e),
         },
-        Ok(text) => match pki::split_pem(&text) {
-            (chain, _) if chain.is_empty() => CertObs::Unreadable {
+        Ok(Some((chain, key))) => {
+            let info = pki::parse_cert_chain(&chain)
+                .ok()
+                .and_then(|c| c.into_iter().next().map(|(i, _)| i));
+            let ca = own_cluster.as_ref().map(|c| c.ca_pem.clone());
+            let verdict =
+                check_installed(chain, key, &s.node_name, &ca.unwrap_or_default()).map(drop);
+            CertObs::Checked {
                 path,
-                detail: "no CERTIFICATE block".into(),
-            },
-            (_, None) => CertObs::Unreadable {
-                path,
-                detail: "no PRIVATE KEY block".into(),
-            },
-            (chain, Some(key)) => {
-                let info = pki::parse_cert_chain(&chain)
-                    .ok()
-                    .and_then(|c| c.into_iter().next().map(|(i, _)| i));
-                let ca = own_cluster.as_ref().map(|c| c.ca_pem.clone());
-                let verdict =
-                    check_installed(chain, key, &s.node_name, &ca.unwrap_or_default()).map(drop);
-                CertObs::Checked {
-                    path,
-                    info,
-                    verdict,
-                }
+                info,
+                verdict,
             }
-        },
+        }
     };
     let cert_ok = matches!(
         obs.cert,
@@ -225,10 +217,8 @@ fn local(s: &Settings, obs: &mut Observations) {
 /// The credential for `obs.using` (the installed cert's chain and key, or the bootstrap one).
 fn credential_for(s: &Settings, obs: &Observations) -> Credential {
     if matches!(obs.using, Using::ClientCert { .. }) {
-        if let Ok(text) = std::fs::read_to_string(s.cert_dir.join(CURRENT_FILE)) {
-            if let (chain_pem, Some(key)) = pki::split_pem(&text) {
-                return Credential::ClientCert { chain_pem, key };
-            }
+        if let Ok(Some((chain_pem, key))) = CertDir::peek(&s.cert_dir).read_current() {
+            return Credential::ClientCert { chain_pem, key };
         }
     }
     match &obs.bootstrap {

@@ -163,6 +163,14 @@ impl CertDir {
         Ok(())
     }
 
+    /// A read-only view of `dir`, for a tool that must change nothing (doctor): no creation,
+    /// no ownership or mode checks, no sweep. Only its read methods are meant to be used.
+    pub fn peek(dir: &Path) -> CertDir {
+        CertDir {
+            dir: std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf()),
+        }
+    }
+
     /// The directory, absolute.
     pub fn path(&self) -> &Path {
         &self.dir

@@ -261,9 +261,7 @@ pub(super) fn client_certificate(
                 Some("systemctl start bootlet".into()),
             )
         }
-        CertObs::Unreadable { path, detail } => {
-            return Outcome::fail(format!("{}: {detail}", path.display()), rejoin(path))
-        }
+        CertObs::Unreadable { path, detail } => return Outcome::fail(detail.clone(), rejoin(path)),
         CertObs::Checked {
             path,
             info,

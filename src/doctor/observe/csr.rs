@@ -7,10 +7,9 @@ use k8s_openapi::List;
 use super::CsrObs;
 use crate::apiserver::{self, ApiClient};
 use crate::config::Settings;
+use crate::csr::CSR_PATH;
+use crate::pki::files::CertDir;
 use crate::pki::{self, NodeKey, PrivateKeyPem};
-
-const CSR_PATH: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
-const PENDING_KEY_FILE: &str = "kubelet-client.key.tmp";
 
 /// The CSR named by the pending key (the daemon's own name for it), else the newest
 /// kubelet-client CSR whose request is for `system:node:NODE`.
@@ -60,7 +59,7 @@ fn request_cn(pem_or_der: &[u8]) -> String {
 
 /// The daemon's name for the CSR of the pending key, if one is waiting.
 pub(super) fn pending_name(s: &Settings) -> Option<String> {
-    let pem = std::fs::read_to_string(s.cert_dir.join(PENDING_KEY_FILE)).ok()?;
+    let pem = std::fs::read_to_string(CertDir::peek(&s.cert_dir).pending_key_path()).ok()?;
     let key = NodeKey::from_pem(&PrivateKeyPem::new(pem)).ok()?;
     Some(pki::csr_name(&key, &s.node_name))
 }
