@@ -7,6 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use crate::apiserver::{self, ApiClient, ClientOptions};
 use crate::backoff::Backoff;
+use crate::checkid::CheckId;
 use crate::config::Settings;
 use crate::csr::{self, CsrError, Pending, Verdict, WaitOptions};
 use crate::error::report;
@@ -30,8 +31,12 @@ pub enum State {
     WaitingApproval { csr: String, since: SystemTime },
     /// Approved for a while with no certificate: no signer?
     ApprovedNotIssued { csr: String, since: SystemTime },
-    /// The last attempt failed; the next starts at `until`.
-    BackingOff { until: SystemTime, reason: String },
+    /// The last attempt failed (at the doctor check `check`); the next starts at `until`.
+    BackingOff {
+        until: SystemTime,
+        reason: String,
+        check: CheckId,
+    },
     /// A verified certificate is installed.
     Installed,
 }
@@ -102,11 +107,54 @@ impl BootstrapError {
         )
     }
 
+    /// The doctor check (the contract's ids) this failure belongs to: the back-off log line
+    /// and STATUS= name it, so an operator knows which link of the join chain broke and
+    /// that `bootlet doctor` walks the whole chain.
+    pub fn check(&self) -> CheckId {
+        match self {
+            BootstrapError::NoBootstrap { .. } | BootstrapError::Kubeconfig(_) => {
+                CheckId::BootstrapKubeconfig
+            }
+            BootstrapError::Files(_) | BootstrapError::Key(_) => CheckId::Config,
+            BootstrapError::Csr(CsrError::Build(_)) => CheckId::Config,
+            BootstrapError::Api(e) | BootstrapError::Csr(CsrError::Api { source: e, .. }) => {
+                api_check(e)
+            }
+            BootstrapError::Csr(_)
+            | BootstrapError::Denied { .. }
+            | BootstrapError::Failed { .. } => CheckId::Csr,
+            BootstrapError::Refused { source, .. } => match source {
+                VerifyError::NotYetValid { .. } => CheckId::ClockSkew,
+                VerifyError::UntrustedIssuer { .. } => CheckId::CaTrust,
+                _ => CheckId::ClientCertificate,
+            },
+        }
+    }
+
     /// Waiting for approval ran out of time; the pending key (and its CSR) stay for the
     /// next attempt to adopt.
     pub fn is_approval_timeout(&self) -> bool {
         matches!(self, BootstrapError::Csr(CsrError::Timeout { .. }))
     }
+}
+
+/// Which link an API failure breaks: 401 the credential, 403 RBAC, a TLS handshake that
+/// rejected the server's certificate the CA, anything else the server's reachability.
+fn api_check(e: &apiserver::Error) -> CheckId {
+    if e.is_unauthorized() {
+        CheckId::Authentication
+    } else if e.is_forbidden() {
+        CheckId::Authorization
+    } else if e.is_transport() && report(e).contains("invalid peer certificate") {
+        CheckId::CaTrust
+    } else {
+        CheckId::ServerReachable
+    }
+}
+
+/// The tail of a back-off line: which doctor check failed, and where to look further.
+pub fn doctor_hint(check: CheckId) -> String {
+    format!("doctor check {check}: run 'bootlet doctor' for the full chain")
 }
 
 // === impl State ===
@@ -128,9 +176,14 @@ impl State {
                 "CSR {csr} approved but not issued for {}: is a signer running?",
                 health::ago(now, *since)
             ),
-            State::BackingOff { until, reason } => format!(
-                "retrying in {}: {reason}",
-                health::human(until.duration_since(now).unwrap_or_default())
+            State::BackingOff {
+                until,
+                reason,
+                check,
+            } => format!(
+                "retrying in {}: {reason} ({})",
+                health::human(until.duration_since(now).unwrap_or_default()),
+                doctor_hint(*check)
             ),
             State::Installed => "client certificate installed".into(),
         }
@@ -229,10 +282,12 @@ impl<'a> Bootstrap<'a> {
                 Err(e @ BootstrapError::NoBootstrap { .. }) if first => return Err(e),
                 Err(e) => {
                     let delay = attempts.next_delay();
-                    tracing::error!(error = %report(&e), retry_in = %health::human(delay), "bootstrap attempt failed");
+                    let check = e.check();
+                    tracing::error!(error = %report(&e), retry_in = %health::human(delay), %check, "bootstrap attempt failed ({})", doctor_hint(check));
                     self.health.set_bootstrap(State::BackingOff {
                         until: SystemTime::now() + delay,
                         reason: report(&e),
+                        check,
                     });
                     tokio::time::sleep(delay).await;
                 }
@@ -458,5 +513,39 @@ impl<'a> Bootstrap<'a> {
             s.bootstrap = State::Installed;
             s.cert = Some(summary);
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_failure_names_the_doctor_check_it_breaks() {
+        let denied = BootstrapError::Denied {
+            csr: "c".into(),
+            reason: "r".into(),
+            message: "m".into(),
+        };
+        assert_eq!(denied.check(), CheckId::Csr);
+        let missing = BootstrapError::NoBootstrap {
+            cert_dir: "/d".into(),
+            source: KubeconfigError::Missing { path: "/b".into() },
+        };
+        assert_eq!(missing.check(), CheckId::BootstrapKubeconfig);
+        let early = BootstrapError::Refused {
+            csr: "c".into(),
+            source: VerifyError::NotYetValid {
+                not_before: SystemTime::UNIX_EPOCH,
+            },
+        };
+        assert_eq!(early.check(), CheckId::ClockSkew);
+        let timeout = BootstrapError::Csr(CsrError::Timeout {
+            name: "c".into(),
+            after: Duration::from_secs(1),
+        });
+        assert_eq!(timeout.check(), CheckId::Csr);
+        assert!(timeout.is_approval_timeout() && !timeout.is_refusal());
+        assert!(denied.is_refusal());
     }
 }

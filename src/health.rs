@@ -274,11 +274,16 @@ mod tests {
         snap.bootstrap = State::BackingOff {
             until: t(60),
             reason: "CSR x was denied (Policy: policy says no\nREADY=1\nMAINPID=1)".into(),
+            check: crate::checkid::CheckId::Csr,
         };
         let line = snap.status_line(t(0));
         assert_eq!(line.lines().count(), 1, "{line:?}");
         assert!(
             line.contains("policy says no\\nREADY=1\\nMAINPID=1"),
+            "{line}"
+        );
+        assert!(
+            line.ends_with("(doctor check csr: run 'bootlet doctor' for the full chain)"),
             "{line}"
         );
     }

@@ -8,6 +8,7 @@ pub mod agent;
 pub mod apiserver;
 pub mod backoff;
 pub mod bootstrap;
+pub mod checkid;
 pub mod cli;
 pub mod config;
 pub mod csr;

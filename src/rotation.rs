@@ -10,7 +10,9 @@ use tokio::time::Instant;
 
 use crate::apiserver::ApiClient;
 use crate::backoff::Backoff;
-use crate::bootstrap::{check_installed, Bootstrap, BootstrapError, Credentials, Installed, State};
+use crate::bootstrap::{
+    check_installed, doctor_hint, Bootstrap, BootstrapError, Credentials, Installed, State,
+};
 use crate::config::Settings;
 use crate::error::report;
 use crate::health::{self, CertSummary, Health};
@@ -240,14 +242,17 @@ impl Rotation<'_> {
 
     fn report_failure(&self, e: &BootstrapError, expired: bool, delay: Duration) {
         let until = SystemTime::now() + delay;
+        let check = e.check();
+        let hint = doctor_hint(check);
         if expired {
-            tracing::error!(error = %report(e), retry_in = %health::human(delay), "no usable identity: the client certificate expired and bootstrap failed");
+            tracing::error!(error = %report(e), retry_in = %health::human(delay), %check, "no usable identity: the client certificate expired and bootstrap failed ({hint})");
         } else {
-            tracing::warn!(error = %report(e), retry_in = %health::human(delay), "rotation failed; the current certificate stays in use");
+            tracing::warn!(error = %report(e), retry_in = %health::human(delay), %check, "rotation failed; the current certificate stays in use ({hint})");
         }
         self.health.set_bootstrap(State::BackingOff {
             until,
             reason: format!("rotation failed: {}", report(e)),
+            check,
         });
     }
 

@@ -281,6 +281,10 @@ async fn a_dead_token_gives_one_clear_401_line_without_the_secret() {
     let agent = Agent::spawn(&args(&node, "node-h", &["--csr-backoff-min", "30s"]));
     let line = agent.wait_for_log("401").await;
     assert!(line.contains(&format!("bootstrap token {id}")), "{line}");
+    assert!(
+        line.contains("doctor check authentication: run 'bootlet doctor' for the full chain"),
+        "the back-off names the doctor check: {line}"
+    );
     let (_, log) = agent.terminate().await;
     assert!(!log.contains(secret), "the token secret leaked:\n{log}");
 

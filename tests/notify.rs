@@ -306,6 +306,10 @@ async fn a_deny_message_cannot_inject_notify_assignments() {
         msg.contains("policy says no\\nREADY=1\\nMAINPID=1\\nWATCHDOG_USEC=1"),
         "the message is shown, escaped: {msg:?}"
     );
+    assert!(
+        msg.contains("(doctor check csr: run 'bootlet doctor'"),
+        "{msg:?}"
+    );
     agent.wait_for_log("bootstrap attempt failed").await;
     notify.drain();
     let injected =
