@@ -201,9 +201,7 @@ struct Cli {
 enum Sub {
     /// Run the daemon (the default)
     Run(Flags),
-    /// Walk the join chain in order and name the root cause of a failure.
-    /// Parsed per the contract; hidden until the checks ship (main exits 2).
-    #[command(hide = true)]
+    /// Walk the join chain in order, name the root cause of a failed join and the command that fixes it
     Doctor {
         #[command(flatten)]
         flags: Flags,
