@@ -367,14 +367,6 @@ fn write_private(path: &Path, body: &str) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
-    fn csr(cn: &str, orgs: &[&str], sans: Vec<&str>) -> String {
-        let key = KeyPair::generate().unwrap();
-        let mut p =
-            CertificateParams::new(sans.into_iter().map(String::from).collect::<Vec<_>>()).unwrap();
-        p.distinguished_name = dn(cn, &orgs.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-        p.serialize_request(&key).unwrap().pem().unwrap()
-    }
-
     #[test]
     fn window_is_backdated_and_capped() {
         let ca = Ca::generate("t").unwrap();
