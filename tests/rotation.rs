@@ -34,7 +34,9 @@ async fn next_csr(
     events: &mut tokio::sync::broadcast::Receiver<Event>,
 ) -> (String, String, SystemTime) {
     wait_event(events, |e| match e {
-        Event::CsrCreated { name, user } => Some((name.clone(), user.clone(), SystemTime::now())),
+        Event::CsrCreated { name, user, .. } => {
+            Some((name.clone(), user.clone(), SystemTime::now()))
+        }
         _ => None,
     })
     .await

@@ -1,5 +1,6 @@
 //! The controllers kube-controller-manager would run: csrapproving (SubjectAccessReview on
-//! `certificatesigningrequests/nodeclient` or `/selfnodeclient`) and the kubelet-client signer,
+//! `certificatesigningrequests/nodeclient` or `/selfnodeclient`) and the kubelet-client and
+//! kubelet-serving signers, an optional kubelet-serving approver (like kubelet-csr-approver),
 //! plus the CSR transition events (Approved/Denied/Failed/Issued) derived from store changes.
 
 use std::collections::HashMap;
@@ -14,10 +15,11 @@ use k8s_openapi::ByteString;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::auth::UserInfo;
-use crate::pki::{self, LeafSpec};
+use crate::pki;
 use crate::rbac::{self, Attrs, Decision};
+use crate::signers::{self, Kubelet};
 use crate::store::{EventType, Kind, StoreError};
-use crate::{Approval, Error, Event, Shared, Signer, KUBELET_CLIENT_SIGNER};
+use crate::{Approval, Error, Event, Shared, Signer};
 
 /// Run the controllers until the testplane is dropped.
 pub fn spawn(shared: Arc<Shared>) {
@@ -209,12 +211,18 @@ pub fn reconcile(shared: &Shared, name: &str) {
     else {
         return;
     };
-    let pending = current.spec.signer_name == KUBELET_CLIENT_SIGNER
-        && condition(&current, "Approved").is_none()
-        && condition(&current, "Denied").is_none();
+    let Some(kubelet) = Kubelet::from_name(&current.spec.signer_name) else {
+        return;
+    };
+    let pending =
+        condition(&current, "Approved").is_none() && condition(&current, "Denied").is_none();
+    let mode = match kubelet {
+        Kubelet::Client => &settings.approval,
+        Kubelet::Serving => &settings.serving_approval,
+    };
     // Decide outside the store lock (the SubjectAccessReview reads the store), then apply
     // only if nobody decided in between.
-    let decision = match &settings.approval {
+    let decision = match mode {
         _ if !pending => None,
         Approval::Manual => None,
         Approval::Deny { reason } => Some(new_condition(
@@ -222,6 +230,7 @@ pub fn reconcile(shared: &Shared, name: &str) {
             reason,
             "denied by the testplane approval mode",
         )),
+        Approval::Auto if kubelet == Kubelet::Serving => serving_approval(&current),
         Approval::Auto => auto_approval(shared, &current)
             .map(|msg| new_condition("Approved", "AutoApproved", msg)),
     };
@@ -235,8 +244,7 @@ pub fn reconcile(shared: &Shared, name: &str) {
         });
     }
     let _ = modify(shared, name, |csr| {
-        if csr.spec.signer_name != KUBELET_CLIENT_SIGNER
-            || condition(csr, "Approved").is_none()
+        if condition(csr, "Approved").is_none()
             || condition(csr, "Denied").is_some()
             || condition(csr, "Failed").is_some()
             || issued(csr)
@@ -244,7 +252,7 @@ pub fn reconcile(shared: &Shared, name: &str) {
         {
             return false;
         }
-        match sign(shared, csr, &settings) {
+        match sign(shared, kubelet, csr, &settings) {
             Ok(pem) => {
                 csr.status.get_or_insert_with(Default::default).certificate =
                     Some(ByteString(pem.into_bytes()))
@@ -262,7 +270,7 @@ pub fn reconcile(shared: &Shared, name: &str) {
 fn auto_approval(shared: &Shared, csr: &CertificateSigningRequest) -> Option<&'static str> {
     let parsed = pki::parse_csr(&csr.spec.request.0).ok()?;
     let usages = csr.spec.usages.clone().unwrap_or_default();
-    pki::validate_kubelet_client(&parsed, &usages).ok()?;
+    signers::validate_kubelet_client(&parsed, &usages).ok()?;
     let user = UserInfo {
         name: csr.spec.username.clone().unwrap_or_default(),
         uid: csr.spec.uid.clone().unwrap_or_default(),
@@ -288,14 +296,39 @@ fn auto_approval(shared: &Shared, csr: &CertificateSigningRequest) -> Option<&'s
     None
 }
 
-/// The kubelet-client signer: validate, then issue per the signer mode. Err is the Failed message.
+/// An approver like kubelet-csr-approver, for kubelet-serving CSRs: always decides.
+fn serving_approval(csr: &CertificateSigningRequest) -> Option<CertificateSigningRequestCondition> {
+    let user = csr.spec.username.as_deref().unwrap_or_default();
+    let verdict = pki::parse_csr(&csr.spec.request.0)
+        .and_then(|parsed| signers::serving_approver(&parsed, user));
+    Some(match verdict {
+        Ok(()) => new_condition(
+            "Approved",
+            "kubelet-serving cert validated",
+            "approved by the testplane's kubelet-serving approver",
+        ),
+        Err(why) => new_condition(
+            "Denied",
+            "kubelet-serving cert denied",
+            &format!("denied by the testplane's kubelet-serving approver: {why}"),
+        ),
+    })
+}
+
+/// The kubelet signers: validate, then issue per the signer mode. Err is the Failed message.
 fn sign(
     shared: &Shared,
+    kubelet: Kubelet,
     csr: &CertificateSigningRequest,
     s: &crate::Settings,
 ) -> Result<String, String> {
     let parsed = pki::parse_csr(&csr.spec.request.0)?;
-    pki::validate_kubelet_client(&parsed, csr.spec.usages.as_deref().unwrap_or_default())?;
+    let usages = csr.spec.usages.as_deref().unwrap_or_default();
+    kubelet.validate(&parsed, usages)?;
+    if kubelet == Kubelet::Serving {
+        let user = csr.spec.username.as_deref().unwrap_or_default();
+        signers::check_serving_requester(&parsed, user)?;
+    }
     let cap = s.max_cert_ttl.unwrap_or(s.cert_ttl);
     let lifetime = match csr.spec.expiration_seconds {
         Some(e) => Duration::from_secs(e.max(0) as u64).min(cap),
@@ -312,7 +345,7 @@ fn sign(
     } else {
         parsed.cn.clone()
     };
-    let spec = LeafSpec::client(&cn, parsed.orgs.clone(), nb, na);
+    let spec = kubelet.leaf(&cn, &parsed, usages, nb, na)?;
     let pem = if s.signer == Signer::WrongKey {
         ca.issue_with_new_key(&spec).map(|(c, _)| c)
     } else {

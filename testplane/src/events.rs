@@ -41,7 +41,10 @@ pub enum Event {
     },
     CsrCreated {
         name: String,
+        /// The authenticated requester (`spec.username`).
         user: String,
+        /// `spec.signerName`, e.g. `testplane::KUBELET_SERVING_SIGNER`.
+        signer: String,
     },
     CsrApproved {
         name: String,

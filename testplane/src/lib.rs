@@ -1,5 +1,6 @@
 //! bootlet-testplane: a faithful kube-apiserver subset over real TLS on loopback, with the
-//! csrapproving and kubelet-client signing controllers, scripted faults and an evidence trail.
+//! csrapproving controller, the kubelet-client and kubelet-serving signers, scripted faults
+//! and an evidence trail.
 //! This file owns the public Rust API (`TestPlane`, its builder, modes and errors) only.
 //!
 //! Where it deliberately behaves like kube-apiserver rather than the simplest thing:
@@ -11,9 +12,27 @@
 //!   SubjectAccessReview (`.../nodeclient`, or `.../selfnodeclient` for a node renewing its own
 //!   cert); others stay Pending. Approved-but-invalid requests are Failed by the signer with
 //!   reason `SignerValidationFailure`.
+//! - `kubernetes.io/kubelet-serving` CSRs are never approved by csrapproving (it handles only
+//!   kubelet-client), so by default they stay Pending until `approve` or `kubectl certificate
+//!   approve`; `serving_approval(Approval::Auto)` stands for an installed approver like
+//!   kubelet-csr-approver (approve when the requester is `system:node:*`, equals the CN and at
+//!   least one DNS/IP SAN is requested; deny otherwise). The signer applies upstream's
+//!   `ValidateKubeletServingCSR` in its order and words (O exactly `[system:nodes]`, a DNS or
+//!   IP SAN, no email or URI SANs, usages {digital signature, server auth} plus optionally key
+//!   encipherment, CN prefix `system:node:`) and issues from the cluster CA with the requested
+//!   DNS/IP SANs, serverAuth, the requested key usages and CA:FALSE, with the same lifetime
+//!   rules as client certs. A usage outside the signer's set is accepted at the API (as upstream)
+//!   and Failed by the signer.
+//! - NodeRestriction on CSRs (upstream since 1.31): a node creating a kubelet-client or
+//!   kubelet-serving CSR whose CN is not `system:node:<itself>` gets 403 `can only create a
+//!   node CSR with CN=system:node:<node>`.
 //! - Signer lifetime = min(expirationSeconds, max_cert_ttl or cert_ttl); notBefore is now -
 //!   `backdate` (5 min default), never before the CA's notBefore (a fresh CA starts at
 //!   `start()`); notAfter is now + lifetime, minus the backdate for lifetimes >= 8 h.
+//! - Deviation (stricter): the serving signer also Fails a CSR whose `spec.username` is not
+//!   its CN (e.g. filed with a bootstrap token), even when approved by hand; upstream leaves
+//!   that check to the approver. So a client that files its serving CSR with the wrong
+//!   credential can never get a serving certificate here.
 //! - Deviations: no admission chain beyond NodeRestriction for Nodes/Leases/CSRs; a node may
 //!   `get` only CSRs it filed itself (list/watch are not filtered); only JSON bodies, except the
 //!   protobuf CSR that kubectl PUTs to `/approval`; no server-side apply or JSON patch.
@@ -30,6 +49,7 @@ pub mod pki;
 pub mod rbac;
 pub mod sched;
 mod server;
+mod signers;
 pub mod store;
 
 use std::net::SocketAddr;
@@ -51,6 +71,8 @@ use store::{Kind, Store};
 pub const DEFAULT_TOKEN_GROUP: &str = "system:bootstrappers:kubeadm:default-node-token";
 /// The kubelet client signer.
 pub const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+/// The kubelet serving signer (never auto-approved by kube-controller-manager).
+pub const KUBELET_SERVING_SIGNER: &str = "kubernetes.io/kubelet-serving";
 /// kube-controller-manager's default `--cluster-signing-duration` (one year).
 pub const DEFAULT_CERT_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 /// The request log keeps at most this many records (the oldest tenth is dropped when full),
@@ -59,19 +81,24 @@ pub const MAX_REQUEST_LOG: usize = 200_000;
 /// Lifetime of tokens made by `bootstrap_kubeconfig` (kubeadm's default).
 pub const DEFAULT_TOKEN_TTL: Duration = Duration::from_secs(24 * 3600);
 
-/// How kubelet-client CSRs get approved.
+/// How CSRs get approved. `approval` governs kubelet-client CSRs (default `Auto`),
+/// `serving_approval` kubelet-serving CSRs (default `Manual`: nothing in a stock cluster
+/// approves them).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Approval {
-    /// Like kube-controller-manager's csrapproving: approve when RBAC lets the requester
-    /// create `certificatesigningrequests/nodeclient` (or `/selfnodeclient` for renewals).
+    /// kubelet-client: like kube-controller-manager's csrapproving, approve when RBAC lets the
+    /// requester create `certificatesigningrequests/nodeclient` (or `/selfnodeclient` for
+    /// renewals). kubelet-serving: an approver like kubelet-csr-approver is installed; it
+    /// approves when the requester is the node named in the CN and a DNS/IP SAN is requested,
+    /// and denies otherwise (reason `kubelet-serving cert denied`).
     Auto,
     /// Leave CSRs pending until `approve`/`deny` or `kubectl certificate approve`.
     Manual,
-    /// Deny every new kubelet-client CSR with this reason.
+    /// Deny every new CSR of that signer with this reason.
     Deny { reason: String },
 }
 
-/// How the kubelet-client signer behaves once a CSR is approved.
+/// How the kubelet signers (client and serving alike) behave once a CSR is approved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Signer {
     /// Sign correctly.
@@ -80,7 +107,8 @@ pub enum Signer {
     None,
     /// Issue a certificate for a different public key.
     WrongKey,
-    /// Issue a certificate for `system:node:wrong-node`.
+    /// Issue a certificate for `system:node:wrong-node` (subject CN; the serving signer keeps
+    /// the requested SANs).
     WrongNode,
     /// Issue a certificate signed by a CA nobody trusts.
     WrongCa,
@@ -107,6 +135,7 @@ pub enum Error {
 #[derive(Debug, Clone)]
 pub(crate) struct Settings {
     pub approval: Approval,
+    pub serving_approval: Approval,
     pub signer: Signer,
     pub cert_ttl: Duration,
     pub max_cert_ttl: Option<Duration>,
@@ -177,6 +206,13 @@ impl Builder {
 
     pub fn approval(mut self, a: Approval) -> Self {
         self.settings.approval = a;
+        self
+    }
+
+    /// Who approves kubelet-serving CSRs (default `Manual`, as in a stock cluster); `Auto`
+    /// models an installed approver like kubelet-csr-approver.
+    pub fn serving_approval(mut self, a: Approval) -> Self {
+        self.settings.serving_approval = a;
         self
     }
 
@@ -282,6 +318,7 @@ impl TestPlane {
         Builder {
             settings: Settings {
                 approval: Approval::Auto,
+                serving_approval: Approval::Manual,
                 signer: Signer::Normal,
                 cert_ttl: DEFAULT_CERT_TTL,
                 max_cert_ttl: None,
@@ -379,6 +416,16 @@ impl TestPlane {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .approval = a;
+        controllers::resync(&self.shared);
+    }
+
+    /// Change who approves kubelet-serving CSRs; pending ones are reconsidered at once.
+    pub fn set_serving_approval(&self, a: Approval) {
+        self.shared
+            .settings
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .serving_approval = a;
         controllers::resync(&self.shared);
     }
 

@@ -1,7 +1,8 @@
 //! The cluster CA: generation or loading, the serving and admin certificates, CSR parsing
-//! and the kubelet-client signing rules. Pure certificate work; the only IO is `load_or_create`.
-//! It does not decide *whether* to sign (that is `controllers.rs`).
+//! and the signing window. Pure certificate work; the only IO is `load_or_create`. The
+//! per-signer rules are `signers.rs`; *whether* to sign is `controllers.rs`.
 
+use std::net::IpAddr;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
@@ -127,6 +128,9 @@ impl Ca {
         params.key_usages = spec.key_usages.clone();
         params.extended_key_usages = spec.ekus.clone();
         params.use_authority_key_identifier_extension = true;
+        if spec.explicit_not_ca {
+            params.is_ca = IsCa::ExplicitNoCa;
+        }
         Ok(params.signed_by(&public, &self.issuer()?)?.pem())
     }
 
@@ -157,6 +161,7 @@ impl Ca {
                 KeyUsagePurpose::KeyEncipherment,
             ],
             ekus: vec![ExtendedKeyUsagePurpose::ServerAuth],
+            explicit_not_ca: false,
         })
     }
 
@@ -181,6 +186,9 @@ pub struct LeafSpec {
     pub not_after: SystemTime,
     pub key_usages: Vec<KeyUsagePurpose>,
     pub ekus: Vec<ExtendedKeyUsagePurpose>,
+    /// Emit basicConstraints CA:FALSE (kube-controller-manager's signer does; rcgen omits
+    /// the extension for a leaf otherwise).
+    pub explicit_not_ca: bool,
 }
 
 impl LeafSpec {
@@ -194,6 +202,7 @@ impl LeafSpec {
             not_after: na,
             key_usages: vec![KeyUsagePurpose::DigitalSignature],
             ekus: vec![ExtendedKeyUsagePurpose::ClientAuth],
+            explicit_not_ca: false,
         }
     }
 }
@@ -225,8 +234,10 @@ fn clamp_before(t: SystemTime, floor: SystemTime) -> SystemTime {
 pub struct ParsedCsr {
     pub cn: String,
     pub orgs: Vec<String>,
-    pub dns_sans: usize,
-    pub ip_sans: usize,
+    /// Requested DNS subjectAltNames, in request order.
+    pub dns: Vec<String>,
+    /// Requested IP subjectAltNames, in request order.
+    pub ips: Vec<IpAddr>,
     pub email_sans: usize,
     pub uri_sans: usize,
     pub spki_der: Vec<u8>,
@@ -256,8 +267,8 @@ pub fn parse_csr(pem: &[u8]) -> Result<ParsedCsr, String> {
     let mut out = ParsedCsr {
         cn,
         orgs,
-        dns_sans: 0,
-        ip_sans: 0,
+        dns: vec![],
+        ips: vec![],
         email_sans: 0,
         uri_sans: 0,
         spki_der: info.subject_pki.raw.to_vec(),
@@ -267,8 +278,8 @@ pub fn parse_csr(pem: &[u8]) -> Result<ParsedCsr, String> {
             if let ParsedExtension::SubjectAlternativeName(san) = ext {
                 for n in &san.general_names {
                     match n {
-                        GeneralName::DNSName(_) => out.dns_sans += 1,
-                        GeneralName::IPAddress(_) => out.ip_sans += 1,
+                        GeneralName::DNSName(d) => out.dns.push(d.to_string()),
+                        GeneralName::IPAddress(b) => out.ips.push(ip_from_bytes(b)?),
                         GeneralName::RFC822Name(_) => out.email_sans += 1,
                         GeneralName::URI(_) => out.uri_sans += 1,
                         _ => {}
@@ -280,36 +291,14 @@ pub fn parse_csr(pem: &[u8]) -> Result<ParsedCsr, String> {
     Ok(out)
 }
 
-/// kube-controller-manager's `ValidateKubeletClientCSR`: the error text is what the signer
-/// puts in the Failed condition's message.
-pub fn validate_kubelet_client(csr: &ParsedCsr, usages: &[String]) -> Result<(), String> {
-    if csr.orgs != ["system:nodes"] {
-        return Err("subject organization is not system:nodes".into());
+fn ip_from_bytes(b: &[u8]) -> Result<IpAddr, String> {
+    match b.len() {
+        4 => Ok(IpAddr::from(<[u8; 4]>::try_from(b).unwrap_or_default())),
+        16 => Ok(IpAddr::from(<[u8; 16]>::try_from(b).unwrap_or_default())),
+        n => Err(format!(
+            "x509: invalid IP address length {n} in subjectAltName"
+        )),
     }
-    if !csr.cn.starts_with("system:node:") {
-        return Err("subject common name does not begin with system:node:".into());
-    }
-    if csr.dns_sans > 0 {
-        return Err("DNS subjectAltNames are not allowed".into());
-    }
-    if csr.email_sans > 0 {
-        return Err("Email subjectAltNames are not allowed".into());
-    }
-    if csr.ip_sans > 0 {
-        return Err("IP subjectAltNames are not allowed".into());
-    }
-    if csr.uri_sans > 0 {
-        return Err("URI subjectAltNames are not allowed".into());
-    }
-    let mut got: Vec<&str> = usages.iter().map(String::as_str).collect();
-    got.sort_unstable();
-    got.dedup();
-    let ok = got == ["client auth", "digital signature"]
-        || got == ["client auth", "digital signature", "key encipherment"];
-    if !ok {
-        return Err("usages did not match [digital signature key encipherment client auth]".into());
-    }
-    Ok(())
 }
 
 /// Every DER body of PEM blocks labelled `label` in `pem`.
@@ -377,32 +366,6 @@ fn write_private(path: &Path, body: &str) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn csr(cn: &str, orgs: &[&str], sans: Vec<&str>) -> String {
-        let key = KeyPair::generate().unwrap();
-        let mut p =
-            CertificateParams::new(sans.into_iter().map(String::from).collect::<Vec<_>>()).unwrap();
-        p.distinguished_name = dn(cn, &orgs.iter().map(|s| s.to_string()).collect::<Vec<_>>());
-        p.serialize_request(&key).unwrap().pem().unwrap()
-    }
-
-    #[test]
-    fn kubelet_rules() {
-        let u = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let good = parse_csr(csr("system:node:a", &["system:nodes"], vec![]).as_bytes()).unwrap();
-        assert_eq!(good.cn, "system:node:a");
-        validate_kubelet_client(&good, &u(&["digital signature", "client auth"])).unwrap();
-        assert!(validate_kubelet_client(&good, &u(&["client auth"])).is_err());
-        let bad_o = parse_csr(csr("system:node:a", &["x"], vec![]).as_bytes()).unwrap();
-        assert_eq!(
-            validate_kubelet_client(&bad_o, &u(&["digital signature", "client auth"])),
-            Err("subject organization is not system:nodes".into())
-        );
-        let san = parse_csr(csr("system:node:a", &["system:nodes"], vec!["a.example"]).as_bytes())
-            .unwrap();
-        assert!(validate_kubelet_client(&san, &u(&["digital signature", "client auth"])).is_err());
-        assert!(parse_csr(b"garbage").is_err());
-    }
 
     #[test]
     fn window_is_backdated_and_capped() {

@@ -3,34 +3,8 @@
 
 mod support;
 
-use std::path::Path;
-
 use support::*;
 use testplane::{Approval, Event, TestPlane};
-
-async fn kubectl(home: &Path, conf: &str, args: &[&str]) -> (bool, String) {
-    let (home, conf) = (home.to_path_buf(), home.join(conf));
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("kubectl")
-            .env("HOME", &home)
-            .env_remove("KUBECONFIG")
-            .current_dir(&home)
-            .arg("--kubeconfig")
-            .arg(conf)
-            .args(args)
-            .output()
-            .expect("kubectl runs")
-    })
-    .await
-    .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
 
 fn manifest(name: &str, csr_pem: &str) -> String {
     use base64::Engine;
@@ -217,12 +191,4 @@ async fn real_kubectl() {
     assert!(!ok, "{out}");
     assert!(out.contains("Error from server (Forbidden)") && out.contains("cannot create resource \"certificatesigningrequests\" in API group \"certificates.k8s.io\" at the cluster scope"), "{out}");
     tp.shutdown().await;
-}
-
-fn which(bin: &str) -> Option<std::path::PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| Path::new(d).join(bin))
-        .find(|p| p.exists())
 }

@@ -250,7 +250,13 @@ fn create(ctx: &Ctx, kind: Kind, ns: &str) -> Result<Resp, ApiError> {
         .map_err(|e| ApiError::from_store(e, kind, &name))?;
     let user = ctx.user.name.clone();
     match kind {
-        Kind::Csr => ctx.shared.emit(Event::CsrCreated { name, user }),
+        Kind::Csr => {
+            let signer = stored["spec"]["signerName"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            ctx.shared.emit(Event::CsrCreated { name, user, signer })
+        }
         Kind::Lease => ctx.shared.emit(Event::LeaseCreated {
             name,
             user,

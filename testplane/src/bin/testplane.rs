@@ -31,8 +31,13 @@ enum Cmd {
         /// Signer lifetime (Go-style: 30s, 10m, 1h, 24h).
         #[arg(long, default_value = "8760h", value_parser = parse_duration)]
         cert_ttl: Duration,
+        /// Who approves kubelet-client CSRs (auto: csrapproving).
         #[arg(long, value_enum, default_value = "auto")]
         approve: Mode,
+        /// Who approves kubelet-serving CSRs (manual: nothing does, as in a stock cluster;
+        /// auto: an approver like kubelet-csr-approver is installed).
+        #[arg(long, value_enum, default_value = "manual")]
+        approve_serving: Mode,
         /// Accept expirationSeconds below 600.
         #[arg(long)]
         allow_short_expiration: bool,
@@ -86,9 +91,10 @@ async fn main() {
         state_dir,
         cert_ttl,
         approve,
+        approve_serving,
         allow_short_expiration,
     } = Cli::parse().cmd;
-    let approval = match approve {
+    let approval = |m| match m {
         Mode::Auto => Approval::Auto,
         Mode::Manual => Approval::Manual,
         Mode::Deny => Approval::Deny {
@@ -101,7 +107,8 @@ async fn main() {
         .listen(listen)
         .state_dir(Some(state_dir.clone()))
         .cert_ttl(cert_ttl)
-        .approval(approval)
+        .approval(approval(approve))
+        .serving_approval(approval(approve_serving))
         .allow_short_expiration(allow_short_expiration)
         .start()
         .await
