@@ -54,7 +54,7 @@ impl ProxyEnv {
             first(names).map(|(name, value)| {
                 let parsed = ProxyUrl::parse(&value, true).map_err(|e| match e {
                     crate::kubeconfig::ProxyUrlError::Invalid => format!("{name} {e}"),
-                    unsupported => format!("{name}: {unsupported}"),
+                    unsupported => format!("{name} is not supported: {unsupported}"),
                 });
                 (name, parsed)
             })
@@ -246,7 +246,7 @@ mod tests {
         );
         let err = shown(policy.proxy_for("https://api.example.com"));
         assert!(
-            err.starts_with("error: https_proxy: a socks5:// proxy is not supported"),
+            err.starts_with("error: https_proxy is not supported: bootlet tunnels through http:// proxies (HTTP CONNECT) only, not socks5://"),
             "{err}"
         );
         let err = shown(policy.proxy_for("http://api.example.com/healthz"));

@@ -170,7 +170,7 @@ impl fmt::Display for ProxyUrlError {
         match self {
             ProxyUrlError::Unsupported { scheme } => write!(
                 f,
-                "a {scheme}:// proxy is not supported: bootlet tunnels through http:// proxies (HTTP CONNECT) only"
+                "bootlet tunnels through http:// proxies (HTTP CONNECT) only, not {scheme}://"
             ),
             ProxyUrlError::Invalid => {
                 f.write_str("is not a proxy URL of the form http://[user:password@]host[:port]")

@@ -442,15 +442,15 @@ fn proxy_url_and_tls_server_name_errors_name_the_key() {
     assert_eq!(
         with("    proxy-url: socks5://user:pw@proxy:1080"),
         format!(
-            "{kc}: clusters[0].cluster.proxy-url is not supported: a socks5:// proxy is not \
-             supported: bootlet tunnels through http:// proxies (HTTP CONNECT) only"
+            "{kc}: clusters[0].cluster.proxy-url is not supported: bootlet tunnels \
+             through http:// proxies (HTTP CONNECT) only, not socks5://"
         )
     );
     assert_eq!(
         with("    proxy-url: https://proxy:443"),
         format!(
-            "{kc}: clusters[0].cluster.proxy-url is not supported: a https:// proxy is not \
-             supported: bootlet tunnels through http:// proxies (HTTP CONNECT) only"
+            "{kc}: clusters[0].cluster.proxy-url is not supported: bootlet tunnels \
+             through http:// proxies (HTTP CONNECT) only, not https://"
         )
     );
     assert_eq!(
