@@ -445,7 +445,7 @@ mod server;
 mod user;
 
 pub use kubelet::{render_kubelet, write_kubelet};
-pub use server::{ProxyUrl, ProxyUrlError, Server};
+pub use server::{ProxyUrl, ProxyUrlError, Server, ToServer};
 
 #[cfg(test)]
 mod tests;

@@ -5,7 +5,6 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::process::Command;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -29,11 +28,11 @@ fn kubeconfig(server: &str, ca_pem: &str, cluster: &str, user: &str) -> String {
     )
 }
 
-/// Before: each of these became an anonymous bootstrap that failed much later with a 401
-/// or 403 naming nothing the operator wrote. Now `bootlet run` stops at once, exit 1, and
-/// its last line names the file and the key.
-#[test]
-fn run_refuses_credentials_it_cannot_use_naming_file_and_key() {
+/// Before: each of these became an anonymous bootstrap that retried for ever and failed
+/// with a 401 or 403 naming nothing the operator wrote. Now `bootlet run` stops at once,
+/// exit 1, and its last line names the file and the key.
+#[tokio::test]
+async fn run_refuses_credentials_it_cannot_use_naming_file_and_key() {
     let ca = testplane::pki::Ca::generate("kubernetes").unwrap();
     let cases = [
         (
@@ -51,19 +50,14 @@ fn run_refuses_credentials_it_cannot_use_naming_file_and_key() {
     ];
     for (user, want) in cases {
         let node = NodeDir::new(&kubeconfig("https://127.0.0.1:1", ca.cert_pem(), "", user));
-        let out = Command::new(env!("CARGO_BIN_EXE_bootlet"))
-            .args(node.args("refused"))
-            .env_remove("RUST_LOG")
-            .env_remove("NOTIFY_SOCKET")
-            .output()
-            .expect("run bootlet");
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{stderr}");
-        let last = stderr.trim_end().lines().last().unwrap_or_default();
+        // Bounded: the unfixed agent never exits (it retries its anonymous requests).
+        let (status, log) = Agent::spawn(&node.args("refused")).exit().await;
+        assert_eq!(status.code(), Some(1), "{log}");
+        let last = log.trim_end().lines().last().unwrap_or_default();
         let file = node.bootstrap.display().to_string();
         assert!(last.starts_with("bootlet: "), "{last}");
         assert!(last.ends_with(&format!("{file}: {want}")), "{last}");
-        assert!(!stderr.contains("hunter2"), "{stderr}");
+        assert!(!log.contains("hunter2"), "{log}");
         assert!(!node.kubeconfig.exists());
     }
 }
@@ -83,7 +77,7 @@ fn client(tp: &TestPlane, server: Server) -> ApiClient {
     let token = tp.create_token(None);
     let credential = Credential::Token(bootlet::kubeconfig::BootstrapToken::new(&token));
     ApiClient::new(
-        server,
+        &server,
         tp.ca_pem().as_bytes(),
         &credential,
         ClientOptions::default(),

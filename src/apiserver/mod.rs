@@ -22,7 +22,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::backoff::Backoff;
-use crate::kubeconfig::{Credential, ProxyUrl, Server};
+use crate::kubeconfig::{Credential, ProxyUrl, ToServer};
 
 use error::synthetic_status;
 pub use error::{Error, TransportError};
@@ -127,13 +127,13 @@ impl ApiClient {
     /// A client for `server` (a URL, or a kubeconfig's [`Server`] with its
     /// `tls-server-name` and `proxy-url`) that trusts only `ca_pem` and presents
     /// `credential`. The proxy is decided here, once, by [`ProxyPolicy::proxy_for`].
-    pub fn new(
-        server: impl Into<Server>,
+    pub fn new<S: ToServer + ?Sized>(
+        server: &S,
         ca_pem: &[u8],
         credential: &Credential,
         opts: ClientOptions,
     ) -> Result<Self, Error> {
-        let server: Server = server.into();
+        let server = server.to_server();
         let setup = |reason: String| Error::Setup {
             server: server.url.clone(),
             reason,

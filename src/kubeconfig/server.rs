@@ -56,9 +56,27 @@ impl From<String> for Server {
     }
 }
 
-impl From<&Server> for Server {
-    fn from(server: &Server) -> Self {
-        server.clone()
+/// Anything that names an API server: a URL (`str`, `String`) or a kubeconfig's
+/// [`Server`] with its `tls-server-name` and `proxy-url`.
+pub trait ToServer {
+    fn to_server(&self) -> Server;
+}
+
+impl ToServer for Server {
+    fn to_server(&self) -> Server {
+        self.clone()
+    }
+}
+
+impl ToServer for str {
+    fn to_server(&self) -> Server {
+        Server::new(self)
+    }
+}
+
+impl ToServer for String {
+    fn to_server(&self) -> Server {
+        Server::new(self.as_str())
     }
 }
 
