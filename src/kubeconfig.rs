@@ -12,7 +12,7 @@ use kube_client::config::{Cluster, Context, Kubeconfig};
 use sha2::{Digest as _, Sha256};
 
 use crate::pki::files::FilesError;
-use crate::pki::{parse_cert_chain, PrivateKeyPem};
+use crate::pki::parse_cert_chain;
 
 /// Names the kubelet writes into its kubeconfig.
 pub const KUBELET_CLUSTER: &str = "default-cluster";
@@ -93,76 +93,6 @@ pub enum KubeconfigError {
     Render { path: PathBuf, detail: String },
     #[error("{}: cannot write", .path.display())]
     Write { path: PathBuf, source: FilesError },
-}
-
-/// A bearer token: a bootstrap token `[a-z0-9]{6}.[a-z0-9]{16}`, or any other token kept
-/// opaque. Debug shows only the token id; there is no Display.
-#[derive(Clone, PartialEq, Eq)]
-pub struct BootstrapToken(String);
-
-// === impl BootstrapToken ===
-
-impl BootstrapToken {
-    /// Wraps a token, trimming surrounding whitespace (token files end in a newline).
-    pub fn new(token: &str) -> Self {
-        Self(token.trim().to_string())
-    }
-
-    /// True if the token has the bootstrap-token shape `[a-z0-9]{6}.[a-z0-9]{16}`.
-    pub fn is_bootstrap_token(&self) -> bool {
-        let ok = |s: &str, n: usize| {
-            s.len() == n
-                && s.bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-        };
-        matches!(self.0.split_once('.'), Some((id, secret)) if ok(id, 6) && ok(secret, 16))
-    }
-
-    /// The public token id (first 6 characters) of a bootstrap token, else `"<opaque>"`.
-    pub fn id(&self) -> &str {
-        if self.is_bootstrap_token() {
-            &self.0[..6]
-        } else {
-            "<opaque>"
-        }
-    }
-
-    /// `"Bearer TOKEN"`, for the Authorization header only.
-    pub fn secret_header(&self) -> String {
-        format!("Bearer {}", self.0)
-    }
-}
-
-impl fmt::Debug for BootstrapToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "BootstrapToken({}.<redacted>)", self.id())
-    }
-}
-
-/// How the kubeconfig's user authenticates. Debug shows the certificate chain's size and
-/// fingerprint, never its body, and never the key or token.
-#[derive(Clone, PartialEq, Eq)]
-pub enum Credential {
-    Token(BootstrapToken),
-    ClientCert {
-        chain_pem: String,
-        key: PrivateKeyPem,
-    },
-    None,
-}
-
-impl fmt::Debug for Credential {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Credential::Token(token) => f.debug_tuple("Token").field(token).finish(),
-            Credential::ClientCert { chain_pem, key } => f
-                .debug_struct("ClientCert")
-                .field("chain_pem", &PemSummary(chain_pem.as_bytes()))
-                .field("key", key)
-                .finish(),
-            Credential::None => f.write_str("None"),
-        }
-    }
 }
 
 /// What a kubeconfig says about reaching the apiserver. Debug shows the CA's size and
@@ -446,6 +376,7 @@ mod user;
 
 pub use kubelet::{render_kubelet, write_kubelet};
 pub use server::{ProxyUrl, ProxyUrlError, Server, ToServer};
+pub use user::{BootstrapToken, Credential};
 
 #[cfg(test)]
 mod tests;

@@ -2,7 +2,7 @@ use super::*;
 use crate::pki::files::CertDir;
 use crate::pki::tests::FIXED_KEY;
 use crate::pki::verify::tests::{at, TestCa};
-use crate::pki::{csr_pem, NodeKey};
+use crate::pki::{csr_pem, NodeKey, PrivateKeyPem};
 use std::fs;
 use std::os::unix::fs::PermissionsExt as _;
 
