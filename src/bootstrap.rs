@@ -46,7 +46,7 @@ pub enum State {
 pub struct Credentials {
     pub client: ApiClient,
     pub cert: CertInfo,
-    pub server: String,
+    pub server: kubeconfig::Server,
     pub ca_pem: Vec<u8>,
     /// Issued by this process just now (not found on disk).
     pub fresh: bool,
@@ -376,7 +376,7 @@ impl<'a> Bootstrap<'a> {
         &self,
         dir: &CertDir,
         client: &ApiClient,
-        server: &str,
+        server: &kubeconfig::Server,
         ca_pem: &[u8],
         wait_limit: Duration,
     ) -> Result<Credentials, BootstrapError> {
@@ -486,7 +486,7 @@ impl<'a> Bootstrap<'a> {
 
     pub(crate) fn credentials(
         &self,
-        server: &str,
+        server: &kubeconfig::Server,
         ca_pem: &[u8],
         chain_pem: String,
         key: PrivateKeyPem,
@@ -497,7 +497,7 @@ impl<'a> Bootstrap<'a> {
         Ok(Credentials {
             client,
             cert,
-            server: server.to_string(),
+            server: server.clone(),
             ca_pem: ca_pem.to_vec(),
             fresh: false,
         })

@@ -1,17 +1,18 @@
 //! Both kubeconfig files: reading the bootstrap (or any) kubeconfig into `ClusterAccess`,
 //! and rendering/writing the kubelet's own kubeconfig that names the current client cert.
-//! Uses kube_client's `Kubeconfig` model; does not talk to the apiserver.
+//! Every field is used or refused by name (file + key), never silently dropped. Uses
+//! kube_client's `Kubeconfig` model; does not talk to the apiserver.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
-use kube_client::config::{AuthInfo, Cluster, Context, Kubeconfig};
-use secrecy::ExposeSecret as _;
+use kube_client::config::{Cluster, Context, Kubeconfig};
+use sha2::{Digest as _, Sha256};
 
 use crate::pki::files::FilesError;
-use crate::pki::{parse_cert_chain, split_pem, PrivateKeyPem};
+use crate::pki::parse_cert_chain;
 
 /// Names the kubelet writes into its kubeconfig.
 pub const KUBELET_CLUSTER: &str = "default-cluster";
@@ -68,79 +69,81 @@ pub enum KubeconfigError {
     },
     #[error("{}: user {user:?} has an empty token", .path.display())]
     EmptyToken { path: PathBuf, user: String },
+    /// A key bootlet cannot honour; `key` is its path in the file, e.g.
+    /// `users[0].user.exec`.
+    #[error("{}: {key} is not supported: {reason}", .path.display())]
+    Unsupported {
+        path: PathBuf,
+        key: String,
+        reason: String,
+    },
+    #[error("{}: {key} {reason}", .path.display())]
+    Invalid {
+        path: PathBuf,
+        key: String,
+        reason: String,
+    },
+    #[error("{}: cannot create the directory {}", .path.display(), .dir.display())]
+    CreateDir {
+        path: PathBuf,
+        dir: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{}: cannot render kubeconfig: {detail}", .path.display())]
     Render { path: PathBuf, detail: String },
     #[error("{}: cannot write", .path.display())]
     Write { path: PathBuf, source: FilesError },
 }
 
-/// A bearer token: a bootstrap token `[a-z0-9]{6}.[a-z0-9]{16}`, or any other token kept
-/// opaque. Debug shows only the token id; there is no Display.
-#[derive(Clone, PartialEq, Eq)]
-pub struct BootstrapToken(String);
-
-// === impl BootstrapToken ===
-
-impl BootstrapToken {
-    /// Wraps a token, trimming surrounding whitespace (token files end in a newline).
-    pub fn new(token: &str) -> Self {
-        Self(token.trim().to_string())
-    }
-
-    /// True if the token has the bootstrap-token shape `[a-z0-9]{6}.[a-z0-9]{16}`.
-    pub fn is_bootstrap_token(&self) -> bool {
-        let ok = |s: &str, n: usize| {
-            s.len() == n
-                && s.bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
-        };
-        matches!(self.0.split_once('.'), Some((id, secret)) if ok(id, 6) && ok(secret, 16))
-    }
-
-    /// The public token id (first 6 characters) of a bootstrap token, else `"<opaque>"`.
-    pub fn id(&self) -> &str {
-        if self.is_bootstrap_token() {
-            &self.0[..6]
-        } else {
-            "<opaque>"
-        }
-    }
-
-    /// `"Bearer TOKEN"`, for the Authorization header only.
-    pub fn secret_header(&self) -> String {
-        format!("Bearer {}", self.0)
-    }
-}
-
-impl fmt::Debug for BootstrapToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "BootstrapToken({}.<redacted>)", self.id())
-    }
-}
-
-/// How the kubeconfig's user authenticates.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Credential {
-    Token(BootstrapToken),
-    ClientCert {
-        chain_pem: String,
-        key: PrivateKeyPem,
-    },
-    None,
-}
-
-/// What a kubeconfig says about reaching the apiserver.
-#[derive(Clone, Debug)]
+/// What a kubeconfig says about reaching the apiserver. Debug shows the CA's size and
+/// fingerprint, not its body.
+#[derive(Clone)]
 pub struct ClusterAccess {
     /// The kubeconfig read.
     pub path: PathBuf,
-    /// The server, an `https://` URL.
-    pub server: String,
+    /// The server: URL, tls-server-name, proxy-url.
+    pub server: Server,
     /// The CA bundle, PEM; never empty.
     pub ca_pem: Vec<u8>,
     pub credential: Credential,
     /// insecure-skip-tls-verify was set and allowed (the CA is still enforced).
     pub insecure: bool,
+}
+
+impl fmt::Debug for ClusterAccess {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ClusterAccess")
+            .field("path", &self.path)
+            .field("server", &self.server)
+            .field("ca_pem", &PemSummary(&self.ca_pem))
+            .field("credential", &self.credential)
+            .field("insecure", &self.insecure)
+            .finish()
+    }
+}
+
+/// A PEM bundle as Debug shows it: `PEM(N bytes, K certs, sha256:FIRST-16-HEX)`, the
+/// fingerprint being that of the first certificate's DER (what `openssl x509 -fingerprint
+/// -sha256` prints, lower-case, truncated).
+pub struct PemSummary<'a>(pub &'a [u8]);
+
+impl fmt::Debug for PemSummary<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = String::from_utf8_lossy(self.0);
+        match parse_cert_chain(&text) {
+            Ok(chain) => {
+                let digest = Sha256::digest(&chain[0].1);
+                let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+                write!(
+                    f,
+                    "PEM({} bytes, {} certs, sha256:{hex}…)",
+                    self.0.len(),
+                    chain.len()
+                )
+            }
+            Err(_) => write!(f, "PEM({} bytes, unparsed)", self.0.len()),
+        }
+    }
 }
 
 /// Reads the kubeconfig at `path`: the current context (or the only one), its cluster's
@@ -162,11 +165,11 @@ pub fn read(path: &Path, allow_insecure: bool) -> Result<ClusterAccess, Kubeconf
 
     let context = r.context(&kc)?;
     let name = context.cluster;
-    let found = kc.clusters.iter().find(|c| c.name == name);
-    let Some(cluster) = found.and_then(|c| c.cluster.as_ref()) else {
+    let found = kc.clusters.iter().enumerate().find(|(_, c)| c.name == name);
+    let Some((index, cluster)) = found.and_then(|(i, c)| Some((i, c.cluster.as_ref()?))) else {
         return Err(KubeconfigError::ClusterNotFound { path: r.p(), name });
     };
-    let server = r.server(cluster, &name)?;
+    let server = r.server(cluster, &name, index)?;
     let insecure = cluster.insecure_skip_tls_verify.unwrap_or(false);
     if insecure && !allow_insecure {
         let (path, cluster) = (r.p(), name);
@@ -193,8 +196,13 @@ pub fn read(path: &Path, allow_insecure: bool) -> Result<ClusterAccess, Kubeconf
     };
     let credential = match context.user {
         None => Credential::None,
-        Some(name) => match kc.auth_infos.iter().find(|a| a.name == name) {
-            Some(auth) => r.credential(&name, auth.auth_info.as_ref())?,
+        Some(name) => match kc
+            .auth_infos
+            .iter()
+            .enumerate()
+            .find(|(_, a)| a.name == name)
+        {
+            Some((index, auth)) => r.credential(&name, index, auth.auth_info.as_ref())?,
             None => return Err(KubeconfigError::UserNotFound { path: r.p(), name }),
         },
     };
@@ -257,94 +265,61 @@ impl Reader<'_> {
         KubeconfigError::ContextNotFound { path, name }
     }
 
-    fn server(&self, cluster: &Cluster, name: &str) -> Result<String, KubeconfigError> {
-        let (path, cluster_name) = (self.p(), name.to_string());
-        match cluster.server.clone().filter(|s| !s.is_empty()) {
-            None => Err(KubeconfigError::NoServer {
-                path,
-                cluster: cluster_name,
-            }),
-            Some(server) if !server.starts_with("https://") => {
-                Err(KubeconfigError::NotHttps { path, server })
-            }
-            Some(server) => Ok(server),
-        }
-    }
-
-    fn credential(
+    /// The cluster's server URL, `tls-server-name` and `proxy-url`; `index` is the
+    /// cluster's place in `clusters`, for naming keys in errors.
+    fn server(
         &self,
-        user: &str,
-        auth: Option<&AuthInfo>,
-    ) -> Result<Credential, KubeconfigError> {
-        let Some(auth) = auth else {
-            return Ok(Credential::None);
-        };
-        let user = user.to_string();
-        let token = match (&auth.token, non_empty(&auth.token_file)) {
-            (Some(token), _) => Some(token.expose_secret().to_string()),
-            (None, Some(file)) => {
-                let bytes = self.read_file("tokenFile", &self.resolve(file))?;
-                Some(String::from_utf8_lossy(&bytes).into_owned())
+        cluster: &Cluster,
+        name: &str,
+        index: usize,
+    ) -> Result<Server, KubeconfigError> {
+        let (path, cluster_name) = (self.p(), name.to_string());
+        let url = match cluster.server.clone().filter(|s| !s.is_empty()) {
+            None => {
+                return Err(KubeconfigError::NoServer {
+                    path,
+                    cluster: cluster_name,
+                })
             }
-            (None, None) => None,
+            Some(server) if !server.starts_with("https://") => {
+                return Err(KubeconfigError::NotHttps { path, server })
+            }
+            Some(server) => server,
         };
-        if let Some(token) = token {
-            let token = BootstrapToken::new(&token);
-            if token.0.is_empty() {
-                return Err(KubeconfigError::EmptyToken {
-                    path: self.p(),
-                    user,
+        let key = |field: &str| format!("clusters[{index}].cluster.{field}");
+        let tls_server_name = non_empty(&cluster.tls_server_name).map(str::to_string);
+        if let Some(name) = tls_server_name.as_deref() {
+            if !server::valid_server_name(name) {
+                return Err(KubeconfigError::Invalid {
+                    path,
+                    key: key("tls-server-name"),
+                    reason: format!("{name:?} is neither a DNS name nor an IP address"),
                 });
             }
-            return Ok(Credential::Token(token));
         }
-
-        let key_data = auth
-            .client_key_data
-            .as_ref()
-            .map(|k| k.expose_secret().to_string());
-        let cert = ("client-certificate-data", &auth.client_certificate_data);
-        let cert_file = ("client-certificate", &auth.client_certificate);
-        let key = ("client-key-data", &key_data);
-        let key_file = ("client-key", &auth.client_key);
-        let has = |(_, data): (_, &Option<String>), (_, file): (_, &Option<String>)| {
-            non_empty(data).is_some() || non_empty(file).is_some()
+        let proxy = match non_empty(&cluster.proxy_url).map(|p| ProxyUrl::parse(p, false)) {
+            None => None,
+            Some(Ok(proxy)) => Some(proxy),
+            Some(Err(e @ ProxyUrlError::Unsupported { .. })) => {
+                return Err(KubeconfigError::Unsupported {
+                    path,
+                    key: key("proxy-url"),
+                    reason: e.to_string(),
+                })
+            }
+            Some(Err(e @ ProxyUrlError::Invalid)) => {
+                return Err(KubeconfigError::Invalid {
+                    path,
+                    key: key("proxy-url"),
+                    reason: e.to_string(),
+                })
+            }
         };
-        let path = self.p();
-        let incomplete = match (has(cert, cert_file), has(key, key_file)) {
-            (false, false) => return Ok(Credential::None),
-            (true, true) => None,
-            (true, false) => Some(("client-certificate", "client-key")),
-            (false, true) => Some(("client-key", "client-certificate")),
-        };
-        if let Some((present, missing)) = incomplete {
-            return Err(KubeconfigError::IncompleteClientCert {
-                path,
-                user,
-                present,
-                missing,
-            });
-        }
-        let (Some((cert_what, cert)), Some((key_what, key))) = (
-            self.pem_source(cert, cert_file)?,
-            self.pem_source(key, key_file)?,
-        ) else {
-            return Ok(Credential::None); // unreachable: both were present above
-        };
-        let (chain_pem, _) = split_pem(&String::from_utf8_lossy(&cert));
-        if chain_pem.is_empty() {
-            return Err(KubeconfigError::NoCertificate {
-                path,
-                what: cert_what,
-            });
-        }
-        match split_pem(&String::from_utf8_lossy(&key)) {
-            (_, Some(key)) => Ok(Credential::ClientCert { chain_pem, key }),
-            (_, None) => Err(KubeconfigError::NoPrivateKey {
-                path,
-                what: key_what,
-            }),
-        }
+        Ok(Server {
+            url,
+            tls_server_name,
+            proxy,
+        })
     }
 
     /// `FIELD-data` (base64) wins over the file `FIELD`; returns what was read and the bytes.
@@ -396,8 +371,12 @@ fn non_empty(s: &Option<String>) -> Option<&str> {
 }
 
 mod kubelet;
+mod server;
+mod user;
 
 pub use kubelet::{render_kubelet, write_kubelet};
+pub use server::{ProxyUrl, ProxyUrlError, Server, ToServer};
+pub use user::{BootstrapToken, Credential};
 
 #[cfg(test)]
 mod tests;

@@ -317,6 +317,10 @@ impl Renewer {
                 Err(e) => return Err(api(e)),
             }
         }
+        // Someone else renewed since our last write: counted once per renewal, and not
+        // forgotten when our retry then wins (a writer at a faster cadence makes every
+        // first PUT conflict and every second one succeed: still a write war).
+        let mut saw_foreign = false;
         for _ in 0..2 {
             let renew = next_renew_time(SystemTime::now(), self.last_renew);
             let want = body(
@@ -338,13 +342,16 @@ impl Renewer {
                 Ok(written) => {
                     self.cached = Some(written);
                     self.last_renew = Some(renew);
-                    self.foreign = 0;
+                    if !saw_foreign {
+                        self.foreign = 0;
+                    }
                     return Ok(());
                 }
                 Err(e) if e.is_not_found() => self.cached = None,
                 Err(e) if e.code() == Some(409) => {
                     let current: Lease = conn.get(&path).await.map_err(api)?;
-                    if self.renewed_by_someone_else(&current) {
+                    if !saw_foreign && self.renewed_by_someone_else(&current) {
+                        saw_foreign = true;
                         self.foreign += 1;
                         if self.foreign >= FOREIGN_STREAK {
                             self.cached = Some(current);

@@ -10,15 +10,21 @@
 //! dropping it at its deadline) leaves no connection behind, so the next request opens a
 //! fresh one. Quiet stretches are covered in the kernel by TCP keepalive and
 //! `TCP_USER_TIMEOUT`, as on every client bootlet builds.
+//!
+//! It reaches the server the way the [`ApiClient`] does: through the proxy the policy chose
+//! for it (an HTTP CONNECT tunnel, TLS inside), verifying and naming the server by its
+//! `tls-server-name` when the kubeconfig sets one.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{Request, Uri};
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::{BodyExt, Empty, Full, LengthLimitError, Limited};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
-use reqwest::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, DATE, HOST, USER_AGENT};
+use reqwest::header::{
+    HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, DATE, HOST, PROXY_AUTHORIZATION, USER_AGENT,
+};
 use reqwest::Method;
 use rustls::pki_types::ServerName;
 use serde::de::DeserializeOwned;
@@ -28,9 +34,10 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use super::{
-    decode, encode, retry_after, ApiClient, Error, Identity, TransportError, TCP_KEEPALIVE_IDLE,
-    TCP_KEEPALIVE_INTERVAL, TCP_KEEPALIVE_PROBES, TCP_USER_TIMEOUT,
+    decode, encode, location, retry_after, ApiClient, Error, Identity, TransportError,
+    TCP_KEEPALIVE_IDLE, TCP_KEEPALIVE_INTERVAL, TCP_KEEPALIVE_PROBES, TCP_USER_TIMEOUT,
 };
+use crate::kubeconfig::ProxyUrl;
 
 /// A connection of its own, opened on first use and after any exchange that did not
 /// complete. Not `Clone`: one caller, one request at a time.
@@ -41,14 +48,17 @@ pub struct Connection {
     sender: Option<SendRequest<Full<Bytes>>>,
 }
 
-/// Where the server URL points.
+/// Where the server URL points, and how to get there.
 #[derive(Debug)]
 struct Target {
     /// Host for name resolution (an IPv6 literal without brackets).
     host: String,
     port: u16,
-    /// The name the server certificate must carry.
+    /// The name TLS sends and the server certificate must carry: `tls-server-name`, else
+    /// the URL's host.
     name: ServerName<'static>,
+    /// The proxy to tunnel through, if the policy chose one.
+    proxy: Option<ProxyUrl>,
     /// The `Host` header: the URL's authority as written.
     authority: HeaderValue,
     /// A path prefix of the server URL (a proxy's), without the trailing slash.
@@ -65,7 +75,11 @@ impl Connection {
         Self {
             client: client.clone(),
             tls: TlsConnector::from(Arc::new(tls)),
-            target: target(&client.inner.server),
+            target: target(
+                &client.inner.server,
+                client.inner.server_name.clone(),
+                client.inner.proxy.clone(),
+            ),
             sender: None,
         }
     }
@@ -162,9 +176,10 @@ impl Connection {
             decode(method, path, &bytes)
         } else {
             let retry = retry_after(&head.headers);
+            let location = location(&head.headers);
             Err(self
                 .client
-                .refusal(method, path, head.status, retry, &bytes))
+                .refusal(method, path, head.status, retry, location, &bytes))
         }
     }
 
@@ -206,7 +221,10 @@ async fn open(
 ) -> Result<SendRequest<Full<Bytes>>, TransportError> {
     let bound = client.inner.opts.connect_timeout;
     let handshake = async {
-        let tcp = tcp(target).await?;
+        let tcp = match &target.proxy {
+            None => tcp(&target.host, target.port).await?,
+            Some(proxy) => tunnel(proxy, &target.host, target.port).await?,
+        };
         let stream = tls.connect(target.name.clone(), tcp).await?;
         let (sender, driver) = http1::handshake(TokioIo::new(stream)).await?;
         Ok::<_, TransportError>((sender, driver))
@@ -222,9 +240,47 @@ async fn open(
     Ok(sender)
 }
 
-async fn tcp(target: &Target) -> Result<TcpStream, TransportError> {
+/// A TCP connection to the proxy carrying an HTTP CONNECT tunnel to the server: hyper
+/// writes the CONNECT (with `Proxy-Authorization` from the proxy URL's userinfo) and reads
+/// the answer; on 2xx the socket is handed back as it is, for TLS end to end with the server.
+/// (doctor opens its raw TLS probe through it too, so it reaches the server as bootlet does.)
+pub async fn tunnel(proxy: &ProxyUrl, host: &str, port: u16) -> Result<TcpStream, TransportError> {
+    let tcp = tcp(proxy.host(), proxy.port()).await?;
+    let (mut sender, conn) = http1::handshake::<_, Empty<Bytes>>(TokioIo::new(tcp)).await?;
+    let conn = tokio::spawn(conn.without_shutdown());
+    let authority = match host.parse::<std::net::Ipv6Addr>() {
+        Ok(_) => format!("[{host}]:{port}"),
+        Err(_) => format!("{host}:{port}"),
+    };
+    let mut request = Request::builder()
+        .method(Method::CONNECT)
+        .uri(authority.as_str())
+        .header(HOST, authority.as_str())
+        .header(USER_AGENT, HeaderValue::from_static(super::USER_AGENT));
+    if let Some(auth) = proxy.basic_auth() {
+        request = request.header(PROXY_AUTHORIZATION, auth.clone());
+    }
+    let response = sender.send_request(request.body(Empty::new())?).await?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(format!("proxy {proxy} answered CONNECT {authority} with {status}").into());
+    }
+    drop(sender);
+    // hyper treats a 2xx to CONNECT as the end of HTTP on this connection: the driver
+    // returns the socket, and whatever it read past the response (nothing: TLS waits for
+    // our ClientHello).
+    let parts = conn
+        .await
+        .map_err(|e| format!("proxy {proxy}: CONNECT task failed: {e}"))??;
+    if !parts.read_buf.is_empty() {
+        return Err(format!("proxy {proxy} sent data before the TLS handshake").into());
+    }
+    Ok(parts.io.into_inner())
+}
+
+async fn tcp(host: &str, port: u16) -> Result<TcpStream, TransportError> {
     let mut last = None;
-    for addr in tokio::net::lookup_host((target.host.as_str(), target.port)).await? {
+    for addr in tokio::net::lookup_host((host, port)).await? {
         match TcpStream::connect(addr).await {
             Ok(stream) => {
                 stream.set_nodelay(true)?;
@@ -243,12 +299,17 @@ async fn tcp(target: &Target) -> Result<TcpStream, TransportError> {
     }
     Err(match last {
         Some(e) => e.into(),
-        None => format!("{} resolves to no address", target.host).into(),
+        None => format!("{host} resolves to no address").into(),
     })
 }
 
-/// Parses the kubeconfig's server URL (pure).
-fn target(server: &str) -> Result<Target, String> {
+/// Parses the kubeconfig's server URL (pure); `name` overrides the TLS name (the
+/// kubeconfig's `tls-server-name`), `proxy` is what the policy chose.
+fn target(
+    server: &str,
+    name: Option<ServerName<'static>>,
+    proxy: Option<ProxyUrl>,
+) -> Result<Target, String> {
     let bad = |why: &str| format!("server URL {server:?}: {why}");
     let uri: Uri = server.parse().map_err(|e| bad(&format!("{e}")))?;
     if uri.scheme_str() != Some("https") {
@@ -260,10 +321,14 @@ fn target(server: &str) -> Result<Target, String> {
         .trim_start_matches('[')
         .trim_end_matches(']')
         .to_string();
-    let name = ServerName::try_from(host.clone()).map_err(|e| bad(&format!("{e}")))?;
+    let name = match name {
+        Some(name) => name,
+        None => ServerName::try_from(host.clone()).map_err(|e| bad(&format!("{e}")))?,
+    };
     Ok(Target {
         port: authority.port_u16().unwrap_or(443),
         name,
+        proxy,
         authority: HeaderValue::from_str(authority.as_str()).map_err(|e| bad(&format!("{e}")))?,
         prefix: uri.path().trim_end_matches('/').to_string(),
         host,
@@ -276,26 +341,38 @@ mod tests {
 
     #[test]
     fn server_urls() {
-        let t = target("https://127.0.0.1:6443").unwrap();
+        let t = target("https://127.0.0.1:6443", None, None).unwrap();
         assert_eq!((t.host.as_str(), t.port), ("127.0.0.1", 6443));
         assert_eq!(t.authority, "127.0.0.1:6443");
         assert!(matches!(t.name, ServerName::IpAddress(_)));
         assert_eq!(t.prefix, "");
 
-        let t = target("https://api.example.com/k8s/clusters/c-1/").unwrap();
+        let t = target("https://api.example.com/k8s/clusters/c-1/", None, None).unwrap();
         assert_eq!((t.host.as_str(), t.port), ("api.example.com", 443));
         assert_eq!(t.authority, "api.example.com");
         assert!(matches!(t.name, ServerName::DnsName(_)));
         assert_eq!(t.prefix, "/k8s/clusters/c-1");
 
-        let t = target("https://[fd00::1]:6443").unwrap();
+        let t = target("https://[fd00::1]:6443", None, None).unwrap();
         assert_eq!((t.host.as_str(), t.port), ("fd00::1", 6443));
         assert_eq!(t.authority, "[fd00::1]:6443");
         assert!(matches!(t.name, ServerName::IpAddress(_)));
 
-        assert!(target("http://127.0.0.1:8080")
+        assert!(target("http://127.0.0.1:8080", None, None)
             .unwrap_err()
             .contains("https"));
-        assert!(target("not a url").is_err());
+        assert!(target("not a url", None, None).is_err());
+    }
+
+    #[test]
+    fn tls_server_name_and_proxy_ride_along() {
+        let name = ServerName::try_from("kubernetes").unwrap();
+        let proxy = ProxyUrl::parse("http://proxy:3128", false).unwrap();
+        let t = target("https://10.0.0.1:6443", Some(name.clone()), Some(proxy)).unwrap();
+        // TCP (or the CONNECT) still goes to the URL's host; TLS names `kubernetes`.
+        assert_eq!((t.host.as_str(), t.port), ("10.0.0.1", 6443));
+        assert_eq!(t.name, name);
+        assert_eq!(t.authority, "10.0.0.1:6443");
+        assert_eq!(t.proxy.unwrap().host(), "proxy");
     }
 }

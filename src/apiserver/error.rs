@@ -149,6 +149,25 @@ pub(super) fn synthetic_status(code: StatusCode, body: &[u8]) -> Status {
     }
 }
 
+/// The `Status` for a redirect bootlet did not follow: where it pointed, and why not.
+pub(super) fn redirect_status(code: StatusCode, location: &str) -> Status {
+    let location: String = location
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(200)
+        .collect();
+    Status {
+        code: Some(i32::from(code.as_u16())),
+        reason: code.canonical_reason().map(str::to_string),
+        message: Some(format!(
+            "redirected to {location}; bootlet follows no redirect, so its credentials go \
+             only to the kubeconfig's server (check the server URL)"
+        )),
+        status: Some("Failure".to_string()),
+        ..Status::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -187,6 +206,18 @@ mod tests {
         let text = api(401, "Unauthorized").to_string();
         assert!(text.contains("bootstrap token abcdef"), "{text}");
         assert!(text.contains("kubeadm token create"), "{text}");
+    }
+
+    #[test]
+    fn a_redirect_names_its_target_and_is_not_retried() {
+        let s = redirect_status(StatusCode::TEMPORARY_REDIRECT, "https://x:1/y\t");
+        assert_eq!(s.code, Some(307));
+        let message = s.message.unwrap();
+        assert!(
+            message.starts_with("redirected to https://x:1/y;"),
+            "{message}"
+        );
+        assert!(!api(307, "Temporary Redirect").is_retryable());
     }
 
     #[test]

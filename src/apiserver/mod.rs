@@ -1,9 +1,11 @@
 //! The one HTTP client bootlet uses to reach the API server: TLS that trusts only the
-//! cluster CA, exactly one identity (bootstrap token or client certificate), bounded
+//! cluster CA (checked against `tls-server-name` when set), exactly one identity (bootstrap
+//! token or client certificate), the one proxy policy, no redirects followed, bounded
 //! requests, and typed errors that keep the API's `Status`. It knows no resource kinds.
 
 pub mod conn;
 mod error;
+pub mod proxy;
 pub mod tls;
 pub mod watch;
 
@@ -20,10 +22,11 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::backoff::Backoff;
-use crate::kubeconfig::Credential;
+use crate::kubeconfig::{Credential, ProxyUrl, ToServer};
 
 use error::synthetic_status;
 pub use error::{Error, TransportError};
+use proxy::{ProxyEnv, ProxyPolicy};
 
 /// Upper bound on one request/response exchange (not watches): the contract's ≤ 10 s.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -57,6 +60,9 @@ pub struct ClientOptions {
     pub request_timeout: Duration,
     pub connect_timeout: Duration,
     pub max_body: usize,
+    /// The environment's proxies (`HTTPS_PROXY`, `NO_PROXY`); the default is this
+    /// process's, read once. Tests build their own with [`ProxyEnv::from_vars`].
+    pub proxy_env: Arc<ProxyEnv>,
 }
 
 impl Default for ClientOptions {
@@ -65,6 +71,7 @@ impl Default for ClientOptions {
             request_timeout: DEFAULT_REQUEST_TIMEOUT,
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             max_body: DEFAULT_MAX_BODY,
+            proxy_env: ProxyEnv::process(),
         }
     }
 }
@@ -88,6 +95,10 @@ struct Inner {
     http: reqwest::Client,
     tls: rustls::ClientConfig,
     server: String,
+    /// `tls-server-name`, else the URL's host: the name TLS sends and verifies.
+    server_name: Option<rustls::pki_types::ServerName<'static>>,
+    /// What the proxy policy chose for `server`; `None` dials it directly.
+    proxy: Option<ProxyUrl>,
     identity: Identity,
     auth_header: Option<HeaderValue>,
     opts: ClientOptions,
@@ -113,24 +124,43 @@ impl fmt::Display for Identity {
 // === impl ApiClient ===
 
 impl ApiClient {
-    /// A client for `server` that trusts only `ca_pem` and presents `credential`.
-    pub fn new(
-        server: &str,
+    /// A client for `server` (a URL, or a kubeconfig's [`Server`] with its
+    /// `tls-server-name` and `proxy-url`) that trusts only `ca_pem` and presents
+    /// `credential`. The proxy is decided here, once, by [`ProxyPolicy::proxy_for`].
+    pub fn new<S: ToServer + ?Sized>(
+        server: &S,
         ca_pem: &[u8],
         credential: &Credential,
         opts: ClientOptions,
     ) -> Result<Self, Error> {
+        let server = server.to_server();
         let setup = |reason: String| Error::Setup {
-            server: server.to_string(),
+            server: server.url.clone(),
             reason,
         };
-        let (tls, identity, auth_header) = tls::client_config(ca_pem, credential).map_err(setup)?;
-        let http = build_http(tls.clone(), &opts).map_err(|e| setup(e.to_string()))?;
+        let server_name = match server.tls_server_name.as_deref() {
+            None => None,
+            Some(name) => Some(
+                rustls::pki_types::ServerName::try_from(name.to_string())
+                    .map_err(|e| setup(format!("tls-server-name {name:?}: {e}")))?,
+            ),
+        };
+        let policy = ProxyPolicy::new(server.proxy.clone(), opts.proxy_env.clone());
+        let proxy = policy.proxy_for(&server.url).map_err(setup)?;
+        let (tls, identity, auth_header) =
+            tls::client_config(ca_pem, credential, server_name.as_ref()).map_err(setup)?;
+        let http =
+            build_http(tls.clone(), &opts, proxy.as_ref()).map_err(|e| setup(e.to_string()))?;
+        if let Some(proxy) = &proxy {
+            tracing::debug!(server = %server.url, %proxy, "API server connections go through a proxy");
+        }
         Ok(Self {
             inner: Arc::new(Inner {
                 http,
                 tls,
-                server: server.trim_end_matches('/').to_string(),
+                server: server.url.trim_end_matches('/').to_string(),
+                server_name,
+                proxy,
                 identity,
                 auth_header,
                 opts,
@@ -260,26 +290,33 @@ impl ApiClient {
     async fn api_error(&self, method: Method, path: &str, resp: reqwest::Response) -> Error {
         let code = resp.status();
         let retry_after = retry_after(resp.headers());
+        let location = location(resp.headers());
         let body = self
             .read_body(&method, path, resp)
             .await
             .unwrap_or_default();
-        self.refusal(method, path, code, retry_after, &body)
+        self.refusal(method, path, code, retry_after, location, &body)
     }
 
     /// A non-2xx answer as `Error::Api`, keeping the server's `Status` (or making one).
+    /// A redirect is never followed (it would resend the credential elsewhere): it is an
+    /// answer like any other, its `Location` kept in the message.
     fn refusal(
         &self,
         method: Method,
         path: &str,
         code: reqwest::StatusCode,
         retry_after: Option<Duration>,
+        location: Option<String>,
         body: &[u8],
     ) -> Error {
-        let status = serde_json::from_slice::<Status>(body)
-            .ok()
-            .filter(|s| s.code.is_some() || s.reason.is_some() || s.message.is_some())
-            .unwrap_or_else(|| synthetic_status(code, body));
+        let status = match location.filter(|_| code.is_redirection()) {
+            Some(location) => error::redirect_status(code, &location),
+            None => serde_json::from_slice::<Status>(body)
+                .ok()
+                .filter(|s| s.code.is_some() || s.reason.is_some() || s.message.is_some())
+                .unwrap_or_else(|| synthetic_status(code, body)),
+        };
         Error::Api {
             method,
             path: path.to_string(),
@@ -349,6 +386,14 @@ fn decode<T: DeserializeOwned>(method: Method, path: &str, bytes: &[u8]) -> Resu
     })
 }
 
+/// A response's `Location` (a header value is visible ASCII, so it is log-safe).
+fn location(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get(reqwest::header::LOCATION)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
+}
+
 /// `Retry-After` in seconds (the API server never sends the date form).
 fn retry_after(headers: &HeaderMap) -> Option<Duration> {
     headers
@@ -376,10 +421,22 @@ fn skew_secs(server: SystemTime, local: SystemTime) -> i64 {
 
 /// One pooled HTTP client: keep-alive, bounded connect, kernel TCP keepalive, HTTP/2
 /// PINGs after [`H2_KEEPALIVE_INTERVAL`] without a frame from the server, and idle
-/// connections closed after 90 s. (The Lease loop has a connection of its own without
-/// any of these timers: [`conn::Connection`].)
-fn build_http(tls: rustls::ClientConfig, opts: &ClientOptions) -> reqwest::Result<reqwest::Client> {
-    reqwest::Client::builder()
+/// connections closed after 90 s. It goes through `proxy` (decided by the policy, never
+/// reqwest's own reading of the environment) and follows no redirect. (The Lease loop has
+/// a connection of its own without any of these timers: [`conn::Connection`].)
+fn build_http(
+    tls: rustls::ClientConfig,
+    opts: &ClientOptions,
+    proxy: Option<&ProxyUrl>,
+) -> reqwest::Result<reqwest::Client> {
+    let builder = match proxy {
+        Some(proxy) => {
+            reqwest::Client::builder().proxy(reqwest::Proxy::all(proxy.with_credentials())?)
+        }
+        None => reqwest::Client::builder().no_proxy(),
+    };
+    builder
+        .redirect(reqwest::redirect::Policy::none())
         .use_preconfigured_tls(tls)
         .connect_timeout(opts.connect_timeout)
         .pool_max_idle_per_host(2)

@@ -1,21 +1,27 @@
-//! The rustls client configuration: the cluster CA as the only trust root, the ring
+//! The rustls client configuration: the cluster CA as the only trust root, the serving
+//! certificate checked against `tls-server-name` when the kubeconfig sets one, the ring
 //! provider, HTTP/2 by ALPN, and the client certificate when that is our identity.
 //! It does not read files; the kubeconfig module hands it PEM.
 
 use std::sync::Arc;
 
 use reqwest::header::HeaderValue;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::{ClientConfig, RootCertStore};
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::client::WebPkiServerVerifier;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
 use super::Identity;
 use crate::kubeconfig::Credential;
 use crate::pki;
 
 /// Build the TLS config, our identity as logged, and the `Authorization` header (tokens).
+/// With `server_name` (the kubeconfig's `tls-server-name`) the serving certificate must
+/// carry that name, whatever host the connection was opened to.
 pub fn client_config(
     ca_pem: &[u8],
     credential: &Credential,
+    server_name: Option<&ServerName<'static>>,
 ) -> Result<(ClientConfig, Identity, Option<HeaderValue>), String> {
     let mut roots = RootCertStore::empty();
     for cert in certs(ca_pem)? {
@@ -26,7 +32,22 @@ pub fn client_config(
     if roots.is_empty() {
         return Err("the cluster CA bundle holds no certificate".into());
     }
-    let builder = builder()?.with_root_certificates(roots);
+    let builder = match server_name {
+        None => builder()?.with_root_certificates(roots),
+        Some(name) => {
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let inner = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(|e| format!("the cluster CA is not a usable trust root: {e}"))?;
+            let verifier = Arc::new(ExpectedName {
+                inner,
+                name: name.clone(),
+            });
+            builder()?
+                .dangerous()
+                .with_custom_certificate_verifier(verifier)
+        }
+    };
     let (mut config, identity, header) = match credential {
         Credential::ClientCert { chain_pem, key } => {
             let chain = certs(chain_pem.as_bytes())?;
@@ -86,5 +107,50 @@ fn cert_identity(chain_pem: &str) -> Identity {
             subject: "<unparsed>".into(),
             serial: "?".into(),
         },
+    }
+}
+
+/// The cluster CA's own verification (chain, validity, signatures), checked against the
+/// configured name instead of the host the connection was opened to. Nothing is relaxed:
+/// only which name the certificate must carry changes, as Go's `tls.Config.ServerName`.
+#[derive(Debug)]
+struct ExpectedName {
+    inner: Arc<WebPkiServerVerifier>,
+    name: ServerName<'static>,
+}
+
+impl ServerCertVerifier for ExpectedName {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        _dialed: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        self.inner
+            .verify_server_cert(end_entity, intermediates, &self.name, ocsp_response, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.inner.supported_verify_schemes()
     }
 }

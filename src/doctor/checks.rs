@@ -110,7 +110,7 @@ fn bootstrap_kubeconfig(obs: &Observations) -> Outcome {
 fn server(obs: &Observations) -> String {
     obs.cluster
         .as_ref()
-        .map_or_else(|| "the API server".into(), |c| c.server.clone())
+        .map_or_else(|| "the API server".into(), |c| c.server.url.clone())
 }
 
 fn curl(obs: &Observations) -> String {

@@ -1,6 +1,8 @@
-//! The kubelet's own kubeconfig, written by bootlet: server and CA from the bootstrap
-//! kubeconfig, client certificate and key both `kubelet-client-current.pem`.
+//! The kubelet's own kubeconfig, written by bootlet: server, CA, `tls-server-name` and
+//! `proxy-url` from the bootstrap kubeconfig (so the kubelet reaches the server the same
+//! way), client certificate and key both `kubelet-client-current.pem`.
 
+use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
 use std::path::Path;
 
 use base64::engine::general_purpose::STANDARD;
@@ -9,14 +11,18 @@ use kube_client::config::{
     AuthInfo, Cluster, Context, Kubeconfig, NamedAuthInfo, NamedCluster, NamedContext,
 };
 
-use super::{KubeconfigError, KUBELET_CLUSTER, KUBELET_CONTEXT, KUBELET_USER};
+use super::{KubeconfigError, Server, KUBELET_CLUSTER, KUBELET_CONTEXT, KUBELET_USER};
 use crate::pki::files;
 
+/// Mode of a directory bootlet creates for the kubeconfig (like `/etc/kubernetes`).
+pub const KUBECONFIG_DIR_MODE: u32 = 0o755;
+
 /// The kubelet's own kubeconfig: cluster `default-cluster` (server, CA as
-/// certificate-authority-data), user `default-auth` whose client-certificate and
-/// client-key are both the absolute `cert_path`, context `default-context`.
+/// certificate-authority-data, tls-server-name and proxy-url when set), user
+/// `default-auth` whose client-certificate and client-key are both the absolute
+/// `cert_path`, context `default-context`.
 pub fn render_kubelet(
-    server: &str,
+    server: &Server,
     ca_pem: &[u8],
     cert_path: &Path,
 ) -> Result<String, KubeconfigError> {
@@ -35,8 +41,13 @@ pub fn render_kubelet(
         clusters: vec![NamedCluster {
             name: KUBELET_CLUSTER.into(),
             cluster: Some(Cluster {
-                server: Some(server.into()),
+                server: Some(server.url.clone()),
                 certificate_authority_data: Some(STANDARD.encode(ca_pem)),
+                tls_server_name: server.tls_server_name.clone(),
+                proxy_url: server
+                    .proxy
+                    .as_ref()
+                    .map(|p| p.with_credentials().to_string()),
                 ..Cluster::default()
             }),
             ..Default::default()
@@ -66,10 +77,11 @@ pub fn render_kubelet(
     serde_saphyr::to_string(&kc).map_err(|e| render_err(e.to_string()))
 }
 
-/// Renders the kubelet kubeconfig and writes it to `path`, 0600, atomically.
+/// Renders the kubelet kubeconfig and writes it to `path`, 0600, atomically; missing
+/// parent directories are created 0755 first.
 pub fn write_kubelet(
     path: &Path,
-    server: &str,
+    server: &Server,
     ca_pem: &[u8],
     cert_path: &Path,
 ) -> Result<(), KubeconfigError> {
@@ -80,10 +92,41 @@ pub fn write_kubelet(
         },
         other => other,
     })?;
+    create_parents(path)?;
     files::write_atomic(path, yaml.as_bytes(), files::FILE_MODE).map_err(|source| {
         KubeconfigError::Write {
             path: path.into(),
             source,
         }
     })
+}
+
+/// Creates each missing ancestor of `path`, outermost first, with exactly
+/// [`KUBECONFIG_DIR_MODE`] (not narrowed by the umask); existing ones are left as they are.
+fn create_parents(path: &Path) -> Result<(), KubeconfigError> {
+    let missing: Vec<&Path> = path
+        .ancestors()
+        .skip(1)
+        .filter(|d| !d.as_os_str().is_empty())
+        .take_while(|d| !d.exists())
+        .collect();
+    for dir in missing.into_iter().rev() {
+        let err = |source| KubeconfigError::CreateDir {
+            path: path.into(),
+            dir: dir.into(),
+            source,
+        };
+        match std::fs::DirBuilder::new()
+            .mode(KUBECONFIG_DIR_MODE)
+            .create(dir)
+        {
+            Ok(()) => {}
+            // Created meanwhile by someone else: theirs to keep as it is.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(err(e)),
+        }
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(KUBECONFIG_DIR_MODE))
+            .map_err(err)?;
+    }
+    Ok(())
 }

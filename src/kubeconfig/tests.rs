@@ -2,7 +2,7 @@ use super::*;
 use crate::pki::files::CertDir;
 use crate::pki::tests::FIXED_KEY;
 use crate::pki::verify::tests::{at, TestCa};
-use crate::pki::{csr_pem, NodeKey};
+use crate::pki::{csr_pem, NodeKey, PrivateKeyPem};
 use std::fs;
 use std::os::unix::fs::PermissionsExt as _;
 
@@ -63,7 +63,7 @@ fn reads_a_bootstrap_kubeconfig_with_token() {
     let f = Fixture::new();
     let p = f.bootstrap(&f.good_cluster(), &format!("    token: {TOKEN}"));
     let access = read(&p, false).unwrap();
-    assert_eq!(access.server, "https://10.0.0.1:6443");
+    assert_eq!(access.server, Server::new("https://10.0.0.1:6443"));
     assert_eq!(access.ca_pem, f.ca.as_bytes());
     assert!(!access.insecure);
     let Credential::Token(token) = access.credential else {
@@ -129,7 +129,7 @@ fn render_then_read_round_trips_to_a_client_cert_credential() {
     let kc = f.path("kubelet.conf");
     write_kubelet(
         &kc,
-        "https://10.0.0.1:6443",
+        &Server::new("https://10.0.0.1:6443"),
         ca.pem.as_bytes(),
         &cd.current_path(),
     )
@@ -149,7 +149,7 @@ fn render_then_read_round_trips_to_a_client_cert_credential() {
         assert!(yaml.contains(name), "{yaml}");
     }
     let access = read(&kc, false).unwrap();
-    assert_eq!(access.server, "https://10.0.0.1:6443");
+    assert_eq!(access.server, Server::new("https://10.0.0.1:6443"));
     assert_eq!(access.ca_pem, ca.pem.as_bytes());
     assert_eq!(
         access.credential,
@@ -290,7 +290,7 @@ fn kubectl_reads_the_written_kubelet_kubeconfig() {
     let f = Fixture::new();
     let kc = f.path("kubelet.conf");
     let cert = f.path("pki/kubelet-client-current.pem");
-    write_kubelet(&kc, "https://10.0.0.1:6443", f.ca.as_bytes(), &cert).unwrap();
+    write_kubelet(&kc, &"https://10.0.0.1:6443".into(), f.ca.as_bytes(), &cert).unwrap();
     let jsonpath = "{.current-context} {.clusters[0].cluster.server} \
                     {.users[0].user.client-certificate} {.users[0].user.client-key} \
                     {.clusters[0].cluster.certificate-authority-data}";
@@ -320,4 +320,249 @@ fn kubectl_reads_the_written_kubelet_kubeconfig() {
             &ca
         ]
     );
+}
+
+/// Issue #10 §4: exec, auth-provider, basic auth (and impersonation, unknown keys, a second
+/// identity) used to be dropped silently, turning bootstrap into anonymous requests.
+#[test]
+fn user_entries_bootlet_cannot_honour_are_refused_by_key() {
+    let f = Fixture::new();
+    let kc = f.path("kc.yaml").display().to_string();
+    let needs = "bootlet needs a bootstrap token or a client certificate";
+    let no_as = "bootlet acts as the node itself and never impersonates another user";
+    let cert = format!(
+        "    client-certificate-data: {}\n    client-key-data: {}",
+        f.ca_data(),
+        STANDARD.encode(FIXED_KEY)
+    );
+    let cases: Vec<(String, String)> = vec![
+        (
+            "    exec: {apiVersion: client.authentication.k8s.io/v1, command: aws, args: [eks, get-token]}".into(),
+            format!("{kc}: users[0].user.exec is not supported: {needs}"),
+        ),
+        (
+            "    auth-provider: {name: oidc, config: {client-id: x}}".into(),
+            format!("{kc}: users[0].user.auth-provider is not supported: {needs}"),
+        ),
+        (
+            "    username: admin\n    password: secret".into(),
+            format!("{kc}: users[0].user.username is not supported: {needs}"),
+        ),
+        (
+            "    password: secret".into(),
+            format!("{kc}: users[0].user.password is not supported: {needs}"),
+        ),
+        (
+            format!("    token: {TOKEN}\n    as: system:admin"),
+            format!("{kc}: users[0].user.as is not supported: {no_as}"),
+        ),
+        (
+            format!("    token: {TOKEN}\n    as-groups: [system:masters]"),
+            format!("{kc}: users[0].user.as-groups is not supported: {no_as}"),
+        ),
+        (
+            "    tokenfile: /etc/token".into(),
+            format!(
+                "{kc}: users[0].user.tokenfile is not supported: it is not a kubeconfig user \
+                 field (bootlet reads token, tokenFile, client-certificate[-data] and \
+                 client-key[-data])"
+            ),
+        ),
+        (
+            format!("    token: {TOKEN}\n{cert}"),
+            format!(
+                "{kc}: users[0].user.client-certificate-data is not supported: the user also \
+                 has a token, and bootlet presents exactly one identity: keep the token or the \
+                 client certificate"
+            ),
+        ),
+    ];
+    for (user, want) in cases {
+        let got = f.err(&f.good_cluster(), &user);
+        assert_eq!(got, want, "user entry:\n{user}");
+        assert!(!got.contains("secret") && !got.contains(TOKEN), "{got}");
+    }
+    // The key names the entry actually used, not always users[0].
+    let p = f.write(&format!(
+        "current-context: b\ncontexts:\n- name: b\n  context: {{cluster: c, user: second}}\n\
+         clusters:\n- name: c\n  cluster:\n{}\n\
+         users:\n- name: first\n  user: {{token: {TOKEN}}}\n\
+         - name: second\n  user: {{exec: {{command: gke-gcloud-auth-plugin}}}}\n",
+        f.good_cluster()
+    ));
+    let err = read(&p, false).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        format!("{kc}: users[1].user.exec is not supported: {needs}")
+    );
+    // `extensions` is metadata for other tools: allowed beside a token.
+    let p = f.bootstrap(
+        &f.good_cluster(),
+        &format!("    token: {TOKEN}\n    extensions: [{{name: x, extension: {{a: 1}}}}]"),
+    );
+    assert!(matches!(
+        read(&p, false).unwrap().credential,
+        Credential::Token(_)
+    ));
+}
+
+#[test]
+fn tls_server_name_and_proxy_url_are_read() {
+    let f = Fixture::new();
+    let p = f.bootstrap(
+        &format!(
+            "{}\n    tls-server-name: kubernetes.default.svc\n    proxy-url: http://u:p%40ss@proxy.corp:3128",
+            f.good_cluster()
+        ),
+        &format!("    token: {TOKEN}"),
+    );
+    let access = read(&p, false).unwrap();
+    assert_eq!(access.server.url, "https://10.0.0.1:6443");
+    assert_eq!(
+        access.server.tls_server_name.as_deref(),
+        Some("kubernetes.default.svc")
+    );
+    let proxy = access.server.proxy.as_ref().unwrap();
+    assert_eq!((proxy.host(), proxy.port()), ("proxy.corp", 3128));
+    assert_eq!(proxy.with_credentials(), "http://u:p%40ss@proxy.corp:3128");
+    // Debug of the whole access struct shows neither the proxy password nor the token.
+    let debug = format!("{access:?}");
+    assert!(
+        !debug.contains("p%40ss") && !debug.contains("0123456789abcdef"),
+        "{debug}"
+    );
+}
+
+#[test]
+fn proxy_url_and_tls_server_name_errors_name_the_key() {
+    let f = Fixture::new();
+    let kc = f.path("kc.yaml").display().to_string();
+    let user = &format!("    token: {TOKEN}");
+    let with = |extra: &str| f.err(&format!("{}\n{extra}", f.good_cluster()), user);
+    assert_eq!(
+        with("    proxy-url: socks5://user:pw@proxy:1080"),
+        format!(
+            "{kc}: clusters[0].cluster.proxy-url is not supported: bootlet tunnels \
+             through http:// proxies (HTTP CONNECT) only, not socks5://"
+        )
+    );
+    assert_eq!(
+        with("    proxy-url: https://proxy:443"),
+        format!(
+            "{kc}: clusters[0].cluster.proxy-url is not supported: bootlet tunnels \
+             through http:// proxies (HTTP CONNECT) only, not https://"
+        )
+    );
+    assert_eq!(
+        with("    proxy-url: proxy.corp:3128"),
+        format!(
+            "{kc}: clusters[0].cluster.proxy-url is not a proxy URL of the form \
+             http://[user:password@]host[:port]"
+        )
+    );
+    assert_eq!(
+        with("    tls-server-name: 'not a name'"),
+        format!(
+            "{kc}: clusters[0].cluster.tls-server-name \"not a name\" is neither a DNS name \
+             nor an IP address"
+        )
+    );
+}
+
+/// Issue #10 §4: the kubelet must reach the server the way bootlet did.
+#[test]
+fn the_kubelet_kubeconfig_keeps_tls_server_name_and_proxy_url() {
+    let f = Fixture::new();
+    let server = Server {
+        url: "https://10.0.0.1:6443".into(),
+        tls_server_name: Some("kubernetes".into()),
+        proxy: Some(ProxyUrl::parse("http://u:pw@proxy.corp:3128", false).unwrap()),
+    };
+    let kc = f.path("kubelet.conf");
+    let cert = f.path("pki/kubelet-client-current.pem");
+    write_kubelet(&kc, &server, f.ca.as_bytes(), &cert).unwrap();
+    let out = std::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&kc)
+        .args(["config", "view", "--raw", "--minify", "-o"])
+        .arg("jsonpath={.clusters[0].cluster.tls-server-name} {.clusters[0].cluster.proxy-url}")
+        .output()
+        .expect("kubectl runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "kubernetes http://u:pw@proxy.corp:3128"
+    );
+    // And bootlet reads back what it wrote (the reuse path after a restart).
+    fs::create_dir_all(f.path("pki")).unwrap();
+    fs::write(&cert, format!("{}{FIXED_KEY}", f.ca)).unwrap();
+    let access = read(&kc, false).unwrap();
+    assert_eq!(access.server, server);
+}
+
+/// Issue #10 §5: `--kubeconfig /etc/kubernetes/kubelet.conf` on a node without
+/// /etc/kubernetes must not fail the install.
+#[test]
+fn writing_the_kubelet_kubeconfig_creates_missing_parents_0755() {
+    let f = Fixture::new();
+    let kc = f.path("etc/kubernetes/kubelet.conf");
+    write_kubelet(
+        &kc,
+        &"https://10.0.0.1:6443".into(),
+        f.ca.as_bytes(),
+        &f.path("pki/kubelet-client-current.pem"),
+    )
+    .unwrap();
+    for dir in [f.path("etc"), f.path("etc/kubernetes")] {
+        let mode = fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o755, "{}", dir.display());
+    }
+    assert_eq!(
+        fs::metadata(&kc).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    // An existing parent keeps its mode.
+    fs::set_permissions(f.path("etc"), fs::Permissions::from_mode(0o700)).unwrap();
+    let again = f.path("etc/other/kubelet.conf");
+    write_kubelet(
+        &again,
+        &"https://10.0.0.1:6443".into(),
+        f.ca.as_bytes(),
+        &f.path("pki/kubelet-client-current.pem"),
+    )
+    .unwrap();
+    let mode = |p: PathBuf| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(f.path("etc")), 0o700);
+    assert_eq!(mode(f.path("etc/other")), 0o755);
+}
+
+/// STYLE rule 14: Debug of anything holding a CA or certificate shows its size and
+/// fingerprint, never the PEM body, the key or the token.
+#[test]
+fn debug_shows_sizes_and_fingerprints_not_bodies() {
+    let f = Fixture::new();
+    let user = format!(
+        "    client-certificate-data: {}\n    client-key-data: {}",
+        f.ca_data(),
+        STANDARD.encode(FIXED_KEY)
+    );
+    let access = read(&f.bootstrap(&f.good_cluster(), &user), false).unwrap();
+    let debug = format!("{access:?}");
+    let body_line = f.ca.lines().nth(1).unwrap();
+    assert!(!debug.contains(body_line), "{debug}");
+    assert!(!debug.contains("BEGIN"), "{debug}");
+    let key_line = FIXED_KEY.lines().nth(1).unwrap();
+    assert!(!debug.contains(key_line), "{debug}");
+    let der = &crate::pki::parse_cert_chain(&f.ca).unwrap()[0].1;
+    let fingerprint: String = Sha256::digest(der)[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let summary = format!("PEM({} bytes, 1 certs, sha256:{fingerprint}…)", f.ca.len());
+    assert_eq!(debug.matches(&summary).count(), 2, "{debug}");
+    assert!(debug.contains("PrivateKeyPem(<redacted>)"), "{debug}");
 }

@@ -46,11 +46,13 @@ mod events;
 mod faults;
 mod kubeconfig;
 pub mod pki;
+pub mod proxy;
 pub mod rbac;
 pub mod sched;
 mod server;
 mod signers;
 pub mod store;
+pub mod stub;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -328,6 +330,12 @@ impl TestPlane {
             state_dir: None,
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         }
+    }
+
+    /// The TLS config this plane serves with (its CA's serving certificate), for helper
+    /// servers the same clients must trust, e.g. [`stub::Stub`].
+    pub fn serving_tls(&self) -> Result<Arc<rustls::ServerConfig>, Error> {
+        Ok(server::tls_config(&self.shared.ca)?.0)
     }
 
     /// "https://127.0.0.1:PORT"

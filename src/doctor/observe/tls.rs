@@ -11,6 +11,11 @@ use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme};
 use sha2::{Digest as _, Sha256};
 use tokio::net::TcpStream;
+
+use crate::apiserver::conn;
+use crate::apiserver::proxy::{ProxyEnv, ProxyPolicy};
+use crate::error::report;
+use crate::kubeconfig::Server;
 use tokio::time::timeout;
 use x509_parser::prelude::{FromDer as _, X509Certificate};
 
@@ -35,9 +40,18 @@ pub enum TlsFailure {
     BadCertificate { detail: String },
 }
 
-/// Resolve and connect to `server`'s host and port within `limit`.
-pub async fn connect(server: &str, limit: Duration) -> Result<TcpStream, String> {
-    let (host, port) = host_port(server)?;
+/// Resolve and connect to `server`'s host and port within `limit`, through the proxy the
+/// agent's one proxy policy picks for it (an HTTP CONNECT tunnel), if any.
+pub async fn connect(server: &Server, limit: Duration) -> Result<TcpStream, String> {
+    let (host, port) = host_port(&server.url)?;
+    let policy = ProxyPolicy::new(server.proxy.clone(), ProxyEnv::process());
+    if let Some(proxy) = policy.proxy_for(&server.url)? {
+        return match timeout(limit, conn::tunnel(&proxy, &host, port)).await {
+            Err(_) => Err(format!("no tunnel through proxy {proxy} within {limit:?}")),
+            Ok(Err(e)) => Err(format!("through proxy {proxy}: {}", report(&*e))),
+            Ok(Ok(s)) => Ok(s),
+        };
+    }
     let addrs = match timeout(limit, tokio::net::lookup_host((host.as_str(), port))).await {
         Err(_) => return Err(format!("resolving {host} timed out after {limit:?}")),
         Ok(Err(e)) => return Err(format!("cannot resolve {host}: {e}")),
@@ -56,15 +70,19 @@ pub async fn connect(server: &str, limit: Duration) -> Result<TcpStream, String>
     }
 }
 
-/// A TLS handshake over `stream` that trusts only `ca_pem`.
+/// A TLS handshake over `stream` that trusts only `ca_pem`, verifying the server's
+/// certificate for `tls-server-name` when the kubeconfig sets one, else the URL's host.
 pub async fn handshake(
     stream: TcpStream,
-    server: &str,
+    server: &Server,
     ca_pem: &[u8],
     limit: Duration,
 ) -> Result<(), TlsFailure> {
     let protocol = |detail: String| TlsFailure::Protocol { detail };
-    let (host, _) = host_port(server).map_err(protocol)?;
+    let host = match &server.tls_server_name {
+        Some(name) => name.clone(),
+        None => host_port(&server.url).map_err(protocol)?.0,
+    };
     let name = ServerName::try_from(host).map_err(|e| protocol(e.to_string()))?;
     let anchors = pem_certs(ca_pem);
     let mut roots = RootCertStore::empty();

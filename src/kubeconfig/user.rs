@@ -1,0 +1,265 @@
+//! A kubeconfig user entry as a `Credential`: a token (inline or `tokenFile`) or a client
+//! certificate and key, exactly one. Every other way to authenticate is refused by its key
+//! (`users[N].user.exec`, ...) instead of being dropped into an anonymous request. The
+//! credential types redact themselves in Debug and have no Display.
+
+use std::fmt;
+
+use kube_client::config::AuthInfo;
+use secrecy::ExposeSecret as _;
+
+use super::{non_empty, KubeconfigError, PemSummary, Reader};
+use crate::pki::{split_pem, PrivateKeyPem};
+
+/// Why a credential kubectl would honour is no use to bootlet.
+const NEEDS_TOKEN_OR_CERT: &str = "bootlet needs a bootstrap token or a client certificate";
+const NO_IMPERSONATION: &str =
+    "bootlet acts as the node itself and never impersonates another user";
+
+/// A bearer token: a bootstrap token `[a-z0-9]{6}.[a-z0-9]{16}`, or any other token kept
+/// opaque. Debug shows only the token id; there is no Display.
+#[derive(Clone, PartialEq, Eq)]
+pub struct BootstrapToken(String);
+
+// === impl BootstrapToken ===
+
+impl BootstrapToken {
+    /// Wraps a token, trimming surrounding whitespace (token files end in a newline).
+    pub fn new(token: &str) -> Self {
+        Self(token.trim().to_string())
+    }
+
+    /// True if the token has the bootstrap-token shape `[a-z0-9]{6}.[a-z0-9]{16}`.
+    pub fn is_bootstrap_token(&self) -> bool {
+        let ok = |s: &str, n: usize| {
+            s.len() == n
+                && s.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        };
+        matches!(self.0.split_once('.'), Some((id, secret)) if ok(id, 6) && ok(secret, 16))
+    }
+
+    /// The public token id (first 6 characters) of a bootstrap token, else `"<opaque>"`.
+    pub fn id(&self) -> &str {
+        if self.is_bootstrap_token() {
+            &self.0[..6]
+        } else {
+            "<opaque>"
+        }
+    }
+
+    /// `"Bearer TOKEN"`, for the Authorization header only.
+    pub fn secret_header(&self) -> String {
+        format!("Bearer {}", self.0)
+    }
+}
+
+impl fmt::Debug for BootstrapToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "BootstrapToken({}.<redacted>)", self.id())
+    }
+}
+
+/// How the kubeconfig's user authenticates. Debug shows the certificate chain's size and
+/// fingerprint, never its body, and never the key or token.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Credential {
+    Token(BootstrapToken),
+    ClientCert {
+        chain_pem: String,
+        key: PrivateKeyPem,
+    },
+    None,
+}
+
+impl fmt::Debug for Credential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Credential::Token(token) => f.debug_tuple("Token").field(token).finish(),
+            Credential::ClientCert { chain_pem, key } => f
+                .debug_struct("ClientCert")
+                .field("chain_pem", &PemSummary(chain_pem.as_bytes()))
+                .field("key", key)
+                .finish(),
+            Credential::None => f.write_str("None"),
+        }
+    }
+}
+
+// === impl Reader ===
+
+impl Reader<'_> {
+    /// The credential of user `user`, the `index`th entry of `users`.
+    pub(super) fn credential(
+        &self,
+        user: &str,
+        index: usize,
+        auth: Option<&AuthInfo>,
+    ) -> Result<Credential, KubeconfigError> {
+        let Some(auth) = auth else {
+            return Ok(Credential::None);
+        };
+        let key = |field: &str| format!("users[{index}].user.{field}");
+        if let Some((field, reason)) = refused(auth) {
+            return Err(KubeconfigError::Unsupported {
+                path: self.p(),
+                key: key(&field),
+                reason,
+            });
+        }
+        let user = user.to_string();
+        let token = match (&auth.token, non_empty(&auth.token_file)) {
+            (Some(token), _) => Some(token.expose_secret().to_string()),
+            (None, Some(file)) => {
+                let bytes = self.read_file("tokenFile", &self.resolve(file))?;
+                Some(String::from_utf8_lossy(&bytes).into_owned())
+            }
+            (None, None) => None,
+        };
+
+        let key_data = auth
+            .client_key_data
+            .as_ref()
+            .map(|k| k.expose_secret().to_string());
+        let cert = ("client-certificate-data", &auth.client_certificate_data);
+        let cert_file = ("client-certificate", &auth.client_certificate);
+        let key_pem = ("client-key-data", &key_data);
+        let key_file = ("client-key", &auth.client_key);
+        let named = |(data_field, data): (&'static str, &Option<String>),
+                     (file_field, file): (&'static str, &Option<String>)| {
+            match (non_empty(data), non_empty(file)) {
+                (Some(_), _) => Some(data_field),
+                (None, Some(_)) => Some(file_field),
+                (None, None) => None,
+            }
+        };
+        let has_cert = named(cert, cert_file);
+        let has_key = named(key_pem, key_file);
+
+        if let Some(token) = token {
+            if let Some(field) = has_cert.or(has_key) {
+                return Err(KubeconfigError::Unsupported {
+                    path: self.p(),
+                    key: key(field),
+                    reason: "the user also has a token, and bootlet presents exactly one \
+                             identity: keep the token or the client certificate"
+                        .into(),
+                });
+            }
+            let token = BootstrapToken::new(&token);
+            if token.0.is_empty() {
+                return Err(KubeconfigError::EmptyToken {
+                    path: self.p(),
+                    user,
+                });
+            }
+            return Ok(Credential::Token(token));
+        }
+
+        let path = self.p();
+        let incomplete = match (has_cert.is_some(), has_key.is_some()) {
+            (false, false) => return Ok(Credential::None),
+            (true, true) => None,
+            (true, false) => Some(("client-certificate", "client-key")),
+            (false, true) => Some(("client-key", "client-certificate")),
+        };
+        if let Some((present, missing)) = incomplete {
+            return Err(KubeconfigError::IncompleteClientCert {
+                path,
+                user,
+                present,
+                missing,
+            });
+        }
+        let (Some((cert_what, cert)), Some((key_what, key))) = (
+            self.pem_source(cert, cert_file)?,
+            self.pem_source(key_pem, key_file)?,
+        ) else {
+            return Ok(Credential::None); // unreachable: both were present above
+        };
+        let (chain_pem, _) = split_pem(&String::from_utf8_lossy(&cert));
+        if chain_pem.is_empty() {
+            return Err(KubeconfigError::NoCertificate {
+                path,
+                what: cert_what,
+            });
+        }
+        match split_pem(&String::from_utf8_lossy(&key)) {
+            (_, Some(key)) => Ok(Credential::ClientCert { chain_pem, key }),
+            (_, None) => Err(KubeconfigError::NoPrivateKey {
+                path,
+                what: key_what,
+            }),
+        }
+    }
+}
+
+/// The first key of a user entry that bootlet would otherwise silently ignore, and why it
+/// cannot honour it (pure). `extensions` is metadata for other tools and stays allowed.
+fn refused(auth: &AuthInfo) -> Option<(String, String)> {
+    let set = |present: bool, field: &str, reason: &str| {
+        present.then(|| (field.to_string(), reason.to_string()))
+    };
+    let password = auth
+        .password
+        .as_ref()
+        .is_some_and(|p| !p.expose_secret().is_empty());
+    set(auth.exec.is_some(), "exec", NEEDS_TOKEN_OR_CERT)
+        .or_else(|| {
+            set(
+                auth.auth_provider.is_some(),
+                "auth-provider",
+                NEEDS_TOKEN_OR_CERT,
+            )
+        })
+        .or_else(|| {
+            set(
+                non_empty(&auth.username).is_some(),
+                "username",
+                NEEDS_TOKEN_OR_CERT,
+            )
+        })
+        .or_else(|| set(password, "password", NEEDS_TOKEN_OR_CERT))
+        .or_else(|| {
+            set(
+                non_empty(&auth.impersonate).is_some(),
+                "as",
+                NO_IMPERSONATION,
+            )
+        })
+        .or_else(|| {
+            set(
+                non_empty(&auth.impersonate_uid).is_some(),
+                "as-uid",
+                NO_IMPERSONATION,
+            )
+        })
+        .or_else(|| {
+            set(
+                auth.impersonate_groups
+                    .as_ref()
+                    .is_some_and(|g| !g.is_empty()),
+                "as-groups",
+                NO_IMPERSONATION,
+            )
+        })
+        .or_else(|| {
+            set(
+                auth.impersonate_user_extra
+                    .as_ref()
+                    .is_some_and(|e| !e.is_empty()),
+                "as-user-extra",
+                NO_IMPERSONATION,
+            )
+        })
+        .or_else(|| {
+            auth.other.keys().next().map(|unknown| {
+                (
+                    unknown.escape_debug().to_string(),
+                    "it is not a kubeconfig user field (bootlet reads token, tokenFile, \
+                     client-certificate[-data] and client-key[-data])"
+                        .to_string(),
+                )
+            })
+        })
+}
