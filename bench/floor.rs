@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use bootlet::ticker::Ticker;
+use bootlet::runtime::ticker::Ticker;
 use serde_json::Value;
 use testplane::client::{lease_json, resource_version};
 use testplane::TestPlane;
@@ -150,8 +150,8 @@ async fn put_loop(
 /// thread, against the same in-process server: what the agent costs without a second
 /// process to switch to.
 async fn lease_loop(url: String, ca: Vec<u8>, cert: String, key: String, p: Pace) -> PerRound {
-    use bootlet::apiserver::{ApiClient, ClientOptions};
-    use bootlet::kubeconfig::Credential;
+    use bootlet::api::kubeconfig::Credential;
+    use bootlet::api::{ApiClient, ClientOptions};
     use bootlet::pki::PrivateKeyPem;
     let credential = Credential::ClientCert {
         chain_pem: cert,
@@ -159,8 +159,8 @@ async fn lease_loop(url: String, ca: Vec<u8>, cert: String, key: String, p: Pace
     };
     let client = ApiClient::new(&url, &ca, &credential, ClientOptions::default()).expect("client");
     let (_clients_tx, clients) = tokio::sync::watch::channel(client);
-    let health = bootlet::health::Health::new(true);
-    let (stop, shutdown) = bootlet::shutdown::channel();
+    let health = bootlet::runtime::health::Health::new(true);
+    let (stop, shutdown) = bootlet::runtime::shutdown::channel();
     let cfg = bootlet::lease::LeaseLoop {
         node: "floor-loop".into(),
         interval: p.interval,

@@ -7,15 +7,16 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::apiserver::{ApiClient, ClientOptions};
-use crate::bootstrap::Bootstrap;
+use crate::api::{ApiClient, ClientOptions};
 use crate::cli::{self, Command};
 use crate::config::{format_duration, ConfigError, Settings};
-use crate::error::{report, Error};
-use crate::health::Health;
+use crate::error::Error;
+use crate::identity::bootstrap::Bootstrap;
+use crate::identity::rotation::Rotation;
 use crate::lease::{self, LeaseLoop};
-use crate::rotation::Rotation;
-use crate::{notify, shutdown, telemetry};
+use crate::runtime::health::Health;
+use crate::runtime::report;
+use crate::runtime::{notify, shutdown, telemetry};
 
 /// Run until SIGTERM/SIGINT. Returns an error only when the agent cannot start.
 pub async fn run(settings: Settings) -> Result<(), Error> {

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use clap::{builder::BoolishValueParser, ArgAction, Args, Parser, Subcommand, ValueEnum};
 
-use crate::config::{self, format_duration, parse_duration};
-use crate::telemetry::LogFormat;
+use crate::defaults;
+use crate::runtime::duration::{format_duration, parse_duration};
+use crate::runtime::telemetry::LogFormat;
 
 /// What to do, with the flags given for it.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,16 +43,16 @@ pub struct Flags {
 
     #[arg(long, value_name = "FILE", help = dflt(
         "Bootstrap kubeconfig (token + CA + server), used when no valid client cert exists",
-        config::DEFAULT_BOOTSTRAP_KUBECONFIG))]
+        defaults::DEFAULT_BOOTSTRAP_KUBECONFIG))]
     pub bootstrap_kubeconfig: Option<PathBuf>,
 
     #[arg(long, value_name = "FILE", help = dflt(
         "Kubeconfig written by bootlet, pointing at the current client certificate",
-        config::DEFAULT_KUBECONFIG))]
+        defaults::DEFAULT_KUBECONFIG))]
     pub kubeconfig: Option<PathBuf>,
 
     #[arg(long, value_name = "DIR", help = dflt(
-        "Directory holding the client key and certificates", config::DEFAULT_CERT_DIR))]
+        "Directory holding the client key and certificates", defaults::DEFAULT_CERT_DIR))]
     pub cert_dir: Option<PathBuf>,
 
     #[arg(long, value_name = "NAME", help = dflt(
@@ -60,22 +61,22 @@ pub struct Flags {
 
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true",
         action = ArgAction::Set, value_parser = BoolishValueParser::new(), help = dflt(
-        "Rotate the client certificate before it expires", config::DEFAULT_ROTATE_CERTIFICATES))]
+        "Rotate the client certificate before it expires", defaults::DEFAULT_ROTATE_CERTIFICATES))]
     pub rotate_certificates: Option<bool>,
 
     #[arg(long, value_name = "F", help = dflt(
-        "Rotate at this fraction of the certificate's lifetime", config::DEFAULT_ROTATION_FRACTION))]
+        "Rotate at this fraction of the certificate's lifetime", defaults::DEFAULT_ROTATION_FRACTION))]
     pub rotation_fraction: Option<f64>,
 
     #[arg(long, value_name = "F", help = dflt(
         "Rotation deadline spread: drawn uniformly in [F-j, F+j] of the lifetime",
-        config::DEFAULT_ROTATION_JITTER))]
+        defaults::DEFAULT_ROTATION_JITTER))]
     pub rotation_jitter: Option<f64>,
 
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true",
         action = ArgAction::Set, value_parser = BoolishValueParser::new(), help = dflt(
         "Keep the node Lease alive (false when the kubelet renews it itself)",
-        config::DEFAULT_RENEW_LEASE))]
+        defaults::DEFAULT_RENEW_LEASE))]
     pub renew_lease: Option<bool>,
 
     #[arg(long, value_name = "URL", help = dflt(
@@ -84,33 +85,33 @@ pub struct Flags {
     pub lease_health_probe: Option<String>,
 
     #[arg(long, value_name = "DUR", value_parser = parse_duration, help = dflt(
-        "Lease renewal period", format_duration(config::DEFAULT_LEASE_RENEW_INTERVAL)))]
+        "Lease renewal period", format_duration(defaults::DEFAULT_LEASE_RENEW_INTERVAL)))]
     pub lease_renew_interval: Option<Duration>,
 
     #[arg(long, value_name = "DUR", value_parser = parse_duration, help = dflt(
         "spec.leaseDurationSeconds written into the Lease",
-        format_duration(config::DEFAULT_LEASE_DURATION)))]
+        format_duration(defaults::DEFAULT_LEASE_DURATION)))]
     pub lease_duration: Option<Duration>,
 
     #[arg(long, value_name = "DUR", value_parser = parse_duration, help = dflt(
         "How long one CSR may stay unapproved before bootlet gives up on it",
-        format_duration(config::DEFAULT_CSR_TIMEOUT)))]
+        format_duration(defaults::DEFAULT_CSR_TIMEOUT)))]
     pub csr_timeout: Option<Duration>,
 
     #[arg(long, value_name = "ADDR", help = dflt(
         "Address for /metrics, /healthz, /readyz; `off` disables",
-        config::DEFAULT_METRICS_BIND_ADDRESS))]
+        defaults::DEFAULT_METRICS_BIND_ADDRESS))]
     pub metrics_bind_address: Option<String>,
 
     #[arg(long, value_name = "N", help = dflt(
         "Timestamped certificate files kept in the cert dir; older ones are pruned",
-        config::DEFAULT_KEEP_CERTIFICATES))]
+        defaults::DEFAULT_KEEP_CERTIFICATES))]
     pub keep_certificates: Option<usize>,
 
     #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true",
         action = ArgAction::Set, value_parser = BoolishValueParser::new(), help = dflt(
         "Accept insecure-skip-tls-verify in the bootstrap kubeconfig",
-        config::DEFAULT_ALLOW_INSECURE_KUBECONFIG))]
+        defaults::DEFAULT_ALLOW_INSECURE_KUBECONFIG))]
     pub allow_insecure_kubeconfig: Option<bool>,
 
     #[arg(long, value_name = "FORMAT", value_enum, help = dflt(
@@ -122,26 +123,26 @@ pub struct Flags {
     pub verbose: u8,
 
     #[arg(long, value_name = "DUR", value_parser = parse_duration, hide = true, help = dflt(
-        "First wait after a denied or failed CSR", format_duration(config::DEFAULT_CSR_BACKOFF_MIN)))]
+        "First wait after a denied or failed CSR", format_duration(defaults::DEFAULT_CSR_BACKOFF_MIN)))]
     pub csr_backoff_min: Option<Duration>,
 
     #[arg(long, value_name = "DUR", value_parser = parse_duration, hide = true, help = dflt(
-        "Longest wait between CSRs", format_duration(config::DEFAULT_CSR_BACKOFF_MAX)))]
+        "Longest wait between CSRs", format_duration(defaults::DEFAULT_CSR_BACKOFF_MAX)))]
     pub csr_backoff_max: Option<Duration>,
 
     #[arg(long, value_name = "DUR", value_parser = parse_duration, hide = true, help = dflt(
         "Warn when an approved CSR has no certificate after this long",
-        format_duration(config::DEFAULT_CSR_NOT_ISSUED_WARNING)))]
+        format_duration(defaults::DEFAULT_CSR_NOT_ISSUED_WARNING)))]
     pub csr_not_issued_warning: Option<Duration>,
 
     #[arg(long, value_name = "DUR", value_parser = parse_duration, hide = true, help = dflt(
         "How often to look for the Node to own the Lease",
-        format_duration(config::DEFAULT_LEASE_OWNER_LOOKUP_INTERVAL)))]
+        format_duration(defaults::DEFAULT_LEASE_OWNER_LOOKUP_INTERVAL)))]
     pub lease_owner_lookup_interval: Option<Duration>,
 
     #[arg(long, value_name = "DUR", value_parser = parse_duration, hide = true, help = dflt(
         "Grace period for in-flight work after SIGTERM",
-        format_duration(config::DEFAULT_SHUTDOWN_GRACE)))]
+        format_duration(defaults::DEFAULT_SHUTDOWN_GRACE)))]
     pub shutdown_grace: Option<Duration>,
 
     /// Test only: the Lease loop stops making progress after DUR, so tests can prove that

@@ -1,7 +1,5 @@
-//! The top-level error `main` maps to exit codes, and `report()`, which renders any
-//! error with its whole source chain on one line. Module errors stay in their modules.
-
-use std::error::Error as StdError;
+//! The top-level error `main` maps to exit codes. Module errors stay in their modules;
+//! `runtime::report()` renders any of them on one line.
 
 /// Everything that can stop `bootlet run` from starting or keep it from going on.
 #[derive(Debug, thiserror::Error)]
@@ -9,48 +7,11 @@ pub enum Error {
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
     #[error(transparent)]
-    Kubeconfig(#[from] crate::kubeconfig::KubeconfigError),
+    Kubeconfig(#[from] crate::api::kubeconfig::KubeconfigError),
     #[error(transparent)]
     Files(#[from] crate::pki::files::FilesError),
     #[error(transparent)]
-    Api(#[from] crate::apiserver::Error),
+    Api(#[from] crate::api::Error),
     #[error(transparent)]
-    Bootstrap(#[from] crate::bootstrap::BootstrapError),
-}
-
-/// `error: cause: cause`, each source once (Display never repeats its source), on one line:
-/// server text inside (a deny message, a `Status.message`) has its controls escaped.
-pub fn report(err: &(dyn StdError + 'static)) -> String {
-    let mut out = err.to_string();
-    let mut next = err.source();
-    while let Some(cause) = next {
-        let text = cause.to_string();
-        if !text.is_empty() && !out.ends_with(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        next = cause.source();
-    }
-    crate::text::one_line(&out).into_owned()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[derive(Debug, thiserror::Error)]
-    #[error("outer")]
-    struct Outer(#[source] std::io::Error);
-
-    #[test]
-    fn report_joins_the_chain() {
-        let e = Outer(std::io::Error::other("inner"));
-        assert_eq!(report(&e), "outer: inner");
-    }
-
-    #[test]
-    fn report_is_one_line_whatever_the_server_said() {
-        let e = Outer(std::io::Error::other("policy says no\nREADY=1"));
-        assert_eq!(report(&e), "outer: policy says no\\nREADY=1");
-    }
+    Bootstrap(#[from] crate::identity::bootstrap::BootstrapError),
 }

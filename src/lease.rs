@@ -11,14 +11,14 @@ use rand::Rng;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::apiserver::conn::Connection;
-use crate::apiserver::{self, ApiClient};
-use crate::backoff::Backoff;
+use crate::api::conn::Connection;
+use crate::api::{self, ApiClient};
 use crate::config::Settings;
-use crate::error::report;
-use crate::health::Health;
-use crate::shutdown::Shutdown;
-use crate::ticker::Ticker;
+use crate::runtime::backoff::Backoff;
+use crate::runtime::health::Health;
+use crate::runtime::report;
+use crate::runtime::shutdown::Shutdown;
+use crate::runtime::ticker::Ticker;
 
 pub const NAMESPACE: &str = "kube-node-lease";
 /// Fraction of the interval by which a renewal may be delayed, so a fleet started
@@ -42,8 +42,7 @@ const BEAT_SLACK: Duration = Duration::from_secs(1);
 /// The watchdog promise for one period's work: the owner lookup, a GET and two PUT/GET
 /// rounds, each bounded by the API client's request timeout. Loose on purpose: the attempt
 /// itself is abandoned before the next slot ([`attempt_budget`]).
-const ATTEMPT_BOUND: Duration =
-    Duration::from_secs(5 * apiserver::DEFAULT_REQUEST_TIMEOUT.as_secs() + 5);
+const ATTEMPT_BOUND: Duration = Duration::from_secs(5 * api::DEFAULT_REQUEST_TIMEOUT.as_secs() + 5);
 
 /// The Lease loop's configuration.
 #[derive(Clone, Debug)]
@@ -78,7 +77,7 @@ pub enum RenewError {
     Api {
         node: String,
         #[source]
-        source: apiserver::Error,
+        source: api::Error,
     },
     #[error("Lease {NAMESPACE}/{node}: still conflicting after a re-read")]
     Conflict { node: String },

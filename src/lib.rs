@@ -5,22 +5,14 @@
 //! certificate rotation. `main.rs` is a thin shell over this library; `tests/` use it too.
 
 pub mod agent;
-pub mod apiserver;
-pub mod backoff;
-pub mod bootstrap;
+pub mod api;
 pub mod checkid;
 pub mod cli;
 pub mod config;
-pub mod csr;
+pub mod defaults;
 pub mod doctor;
 pub mod error;
-pub mod health;
-pub mod kubeconfig;
+pub mod identity;
 pub mod lease;
-pub mod notify;
 pub mod pki;
-pub mod rotation;
-pub mod shutdown;
-pub mod telemetry;
-pub mod text;
-pub mod ticker;
+pub mod runtime;

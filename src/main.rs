@@ -5,8 +5,9 @@ use std::process::ExitCode;
 
 use bootlet::cli::{self, Command};
 use bootlet::config::Settings;
-use bootlet::error::report;
-use bootlet::{agent, doctor, telemetry};
+use bootlet::runtime::report;
+use bootlet::runtime::telemetry;
+use bootlet::{agent, doctor};
 
 fn main() -> ExitCode {
     let command = match cli::parse_from(std::env::args_os()) {

@@ -1,12 +1,12 @@
-//! The Lease loop's own connection (`apiserver::conn::Connection`) against the testplane
+//! The Lease loop's own connection (`api::conn::Connection`) against the testplane
 //! over real TLS: HTTP/1.1 on one keep-alive connection, the same typed errors as the
 //! shared client, the body limit, and no half-used connection after a cancelled exchange.
 
 use std::time::Duration;
 
-use bootlet::apiserver::conn::Connection;
-use bootlet::apiserver::{ApiClient, ClientOptions, Error};
-use bootlet::kubeconfig::Credential;
+use bootlet::api::conn::Connection;
+use bootlet::api::kubeconfig::Credential;
+use bootlet::api::{ApiClient, ClientOptions, Error};
 use bootlet::pki::PrivateKeyPem;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

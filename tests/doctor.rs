@@ -10,11 +10,11 @@ use std::process::Stdio;
 use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
-use bootlet::apiserver::{ApiClient, ClientOptions};
-use bootlet::backoff::Backoff;
-use bootlet::kubeconfig::{BootstrapToken, Credential};
+use bootlet::api::kubeconfig::{BootstrapToken, Credential};
+use bootlet::api::{ApiClient, ClientOptions};
 use bootlet::pki::files::CertDir;
 use bootlet::pki::NodeKey;
+use bootlet::runtime::backoff::Backoff;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{
     Node, NodeCondition, NodeSpec, NodeStatus, NodeSystemInfo, Taint,
@@ -109,7 +109,7 @@ async fn file_csr(tp: &TestPlane, dir: &NodeDir, token: &str) -> String {
         .unwrap();
     let client = token_client(tp, token);
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1), 0.1).unwrap();
-    bootlet::csr::file(&client, &key, NODE, &mut backoff)
+    bootlet::identity::csr::file(&client, &key, NODE, &mut backoff)
         .await
         .unwrap();
     bootlet::pki::csr_name(&key, NODE)
@@ -396,7 +396,7 @@ async fn setup(name: &str) -> (TestPlane, NodeDir, Vec<String>, Vec<(String, Str
             tp.set_approval(Approval::Manual);
             // Approved by hand although the signer will refuse it (no client auth usage).
             let key = NodeKey::generate().unwrap();
-            let mut csr = bootlet::csr::build(&key, NODE).unwrap();
+            let mut csr = bootlet::identity::csr::build(&key, NODE).unwrap();
             csr.spec.usages = Some(vec!["digital signature".into()]);
             let client = token_client(&tp, &token);
             let _: Value = client

@@ -8,9 +8,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use base64::Engine as _;
-use bootlet::apiserver::conn::Connection;
-use bootlet::apiserver::{ApiClient, ClientOptions};
-use bootlet::kubeconfig::{Credential, Server};
+use bootlet::api::conn::Connection;
+use bootlet::api::kubeconfig::{Credential, Server};
+use bootlet::api::{ApiClient, ClientOptions};
 use k8s_openapi::apimachinery::pkg::version::Info;
 use support::{Agent, NodeDir};
 use testplane::TestPlane;
@@ -75,7 +75,7 @@ async fn plane_on_127_0_0_2() -> TestPlane {
 
 fn client(tp: &TestPlane, server: Server) -> ApiClient {
     let token = tp.create_token(None);
-    let credential = Credential::Token(bootlet::kubeconfig::BootstrapToken::new(&token));
+    let credential = Credential::Token(bootlet::api::kubeconfig::BootstrapToken::new(&token));
     ApiClient::new(
         &server,
         tp.ca_pem().as_bytes(),
@@ -96,7 +96,7 @@ async fn tls_server_name_is_what_the_certificate_is_checked_against() {
     let plain = client(&tp, Server::new(url.as_str()));
     let err = plain.get::<Info>("/version").await.unwrap_err();
     assert!(err.is_transport(), "{err}");
-    let chain = bootlet::error::report(&err);
+    let chain = bootlet::runtime::report(&err);
     assert!(chain.contains("certificate"), "{chain}");
 
     let named = Server {
@@ -137,7 +137,7 @@ async fn bootstrap_with_tls_server_name_writes_a_kubeconfig_kubectl_can_use() {
     let mut events = tp.events();
     let mut args = node.args("named");
     args.extend(
-        ["--lease-renew-interval", "300ms", "--lease-duration", "2s"]
+        ["--lease-renew-interval", "1s", "--lease-duration", "3s"]
             .iter()
             .map(|s| s.to_string()),
     );

@@ -351,10 +351,10 @@ async fn a_second_writer_gets_one_warning_and_no_write_war() {
     let (cert, key) = tp
         .client_cert("system:node:twice", &["system:nodes"])
         .unwrap();
-    let other = bootlet::apiserver::ApiClient::new(
+    let other = bootlet::api::ApiClient::new(
         &tp.url(),
         tp.ca_pem().as_bytes(),
-        &bootlet::kubeconfig::Credential::ClientCert {
+        &bootlet::api::kubeconfig::Credential::ClientCert {
             chain_pem: cert,
             key: bootlet::pki::PrivateKeyPem::new(key),
         },

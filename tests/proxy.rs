@@ -37,7 +37,7 @@ fn bootstrap_kubeconfig(tp: &TestPlane, server: &str, cluster: &str) -> String {
 
 fn args(node: &NodeDir, name: &str, extra: &[&str]) -> Vec<String> {
     let mut a = node.args(name);
-    let lease = ["--lease-renew-interval", "300ms", "--lease-duration", "2s"];
+    let lease = ["--lease-renew-interval", "1s", "--lease-duration", "3s"];
     a.extend(lease.iter().chain(extra).map(|s| s.to_string()));
     a
 }

@@ -1,9 +1,9 @@
 //! Redirects are never followed (issue #10 §4): following one resends the credential to
 //! wherever the server pointed. A 3xx is an error naming the target; nothing reaches it.
 
-use bootlet::apiserver::conn::Connection;
-use bootlet::apiserver::{ApiClient, ClientOptions, Error};
-use bootlet::kubeconfig::{BootstrapToken, Credential};
+use bootlet::api::conn::Connection;
+use bootlet::api::kubeconfig::{BootstrapToken, Credential};
+use bootlet::api::{ApiClient, ClientOptions, Error};
 use k8s_openapi::apimachinery::pkg::version::Info;
 use testplane::stub::Stub;
 use testplane::TestPlane;

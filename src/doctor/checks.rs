@@ -4,13 +4,13 @@
 
 use std::time::SystemTime;
 
-use crate::apiserver;
-use crate::bootstrap::InstalledError;
+use crate::api;
+use crate::api::kubeconfig::Credential;
 use crate::config::{ConfigError, Settings};
-use crate::error::report;
-use crate::health::rfc3339;
-use crate::kubeconfig::Credential;
+use crate::identity::bootstrap::InstalledError;
 use crate::pki::verify::VerifyError;
+use crate::runtime::health::rfc3339;
+use crate::runtime::report;
 
 use super::observe::{CertObs, Observations, TlsFailure, Using};
 use super::{CheckId, Outcome};
@@ -211,7 +211,7 @@ fn clock_skew(obs: &Observations, now: SystemTime) -> Outcome {
                 "{} is not valid before {}, {} ahead of this node's clock: the clock is behind",
                 path.display(),
                 rfc3339(*not_before),
-                crate::health::human(ahead)
+                crate::runtime::health::human(ahead)
             ),
             SYNC,
         );
@@ -235,7 +235,7 @@ fn clock_skew(obs: &Observations, now: SystemTime) -> Outcome {
 }
 
 /// Whether an API error is the authorizer's refusal.
-fn forbidden(r: &Option<Result<impl Sized, apiserver::Error>>) -> Option<&apiserver::Error> {
+fn forbidden(r: &Option<Result<impl Sized, api::Error>>) -> Option<&api::Error> {
     match r {
         Some(Err(e)) if e.is_forbidden() => Some(e),
         _ => None,

@@ -14,14 +14,14 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use tokio::time::timeout;
 
-use crate::apiserver::{self, ApiClient, ClientOptions};
-use crate::bootstrap::{check_installed, InstalledError};
+use crate::api::kubeconfig::{self, ClusterAccess, Credential, KubeconfigError};
+use crate::api::{self, ApiClient, ClientOptions};
 use crate::cli::Flags;
 use crate::config::{ConfigError, Settings};
-use crate::error::report;
-use crate::kubeconfig::{self, ClusterAccess, Credential, KubeconfigError};
+use crate::identity::bootstrap::{check_installed, InstalledError};
 use crate::pki::files::CertDir;
 use crate::pki::{self, CertInfo};
+use crate::runtime::report;
 
 mod csr;
 mod tls;
@@ -95,16 +95,16 @@ pub struct Net {
     pub tcp: Option<Result<(), String>>,
     pub tls: Option<Result<(), TlsFailure>>,
     /// Server clock minus ours, seconds, from a response's `Date`.
-    pub skew: Option<Result<i64, apiserver::Error>>,
-    pub review: Option<Result<UserInfo, apiserver::Error>>,
+    pub skew: Option<Result<i64, api::Error>>,
+    pub review: Option<Result<UserInfo, api::Error>>,
     /// With a valid certificate, the bootstrap token is reviewed too (a warning at most).
-    pub token_review: Option<Result<UserInfo, apiserver::Error>>,
-    pub can_create_csr: Option<Result<Sar, apiserver::Error>>,
+    pub token_review: Option<Result<UserInfo, api::Error>>,
+    pub can_create_csr: Option<Result<Sar, api::Error>>,
     /// `certificatesigningrequests/nodeclient` (token) or `/selfnodeclient` (certificate).
-    pub can_autoapprove: Option<Result<Sar, apiserver::Error>>,
-    pub csr: Option<Result<CsrObs, apiserver::Error>>,
-    pub node: Option<Result<Node, apiserver::Error>>,
-    pub lease: Option<Result<Lease, apiserver::Error>>,
+    pub can_autoapprove: Option<Result<Sar, api::Error>>,
+    pub csr: Option<Result<CsrObs, api::Error>>,
+    pub node: Option<Result<Node, api::Error>>,
+    pub lease: Option<Result<Lease, api::Error>>,
     /// The network part hit [`NETWORK_BUDGET`].
     pub budget_exceeded: bool,
 }
@@ -272,7 +272,7 @@ async fn network(
     let (skew, review, token_review, create, approve, csr, node_obj, lease) = tokio::join!(
         async {
             match client.get::<serde_json::Value>("/version").await {
-                Err(e) if !matches!(e, apiserver::Error::Api { .. }) => Err(e),
+                Err(e) if !matches!(e, api::Error::Api { .. }) => Err(e),
                 _ => Ok(client.clock_skew_secs()),
             }
         },
@@ -311,7 +311,7 @@ async fn network(
     net.lease = lease;
 }
 
-async fn self_review(client: &ApiClient) -> Result<UserInfo, apiserver::Error> {
+async fn self_review(client: &ApiClient) -> Result<UserInfo, api::Error> {
     let review: SelfSubjectReview = client
         .create(
             "/apis/authentication.k8s.io/v1/selfsubjectreviews",
@@ -326,7 +326,7 @@ async fn access_review(
     client: &ApiClient,
     verb: &str,
     subresource: &str,
-) -> Result<Sar, apiserver::Error> {
+) -> Result<Sar, api::Error> {
     let review = SelfSubjectAccessReview {
         spec: SelfSubjectAccessReviewSpec {
             resource_attributes: Some(ResourceAttributes {

@@ -1,10 +1,10 @@
 //! The `--lease-health-probe` check: a local URL that must answer 2xx within a second.
-//! It follows the one proxy policy (`apiserver::proxy`): a probe to loopback never goes
+//! It follows the one proxy policy (`api::proxy`): a probe to loopback never goes
 //! through a proxy, whatever `HTTP_PROXY` says; a redirect is an answer, not followed.
 
 use std::time::Duration;
 
-use crate::apiserver::proxy::ProxyPolicy;
+use crate::api::proxy::ProxyPolicy;
 
 /// One local health probe: 2xx within a second counts as healthy.
 pub(super) async fn probe(url: &str) -> bool {
@@ -18,7 +18,7 @@ static CLIENT: std::sync::LazyLock<Option<(ProxyPolicy, reqwest::Client)>> =
 /// each probe's proxy is what `policy` decides for its URL.
 fn client(policy: ProxyPolicy) -> Option<(ProxyPolicy, reqwest::Client)> {
     // Probes are plain http on loopback; an https URL finds no trust root and fails.
-    let tls = crate::apiserver::tls::builder()
+    let tls = crate::api::tls::builder()
         .ok()?
         .with_root_certificates(rustls::RootCertStore::empty())
         .with_no_client_auth();
@@ -66,7 +66,7 @@ mod tests {
     use tokio::net::TcpListener;
 
     use super::*;
-    use crate::apiserver::proxy::ProxyEnv;
+    use crate::api::proxy::ProxyEnv;
 
     /// Answers every connection with `status` and counts the connections.
     async fn answering(status: &'static str) -> (String, Arc<std::sync::atomic::AtomicUsize>) {

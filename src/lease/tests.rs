@@ -82,7 +82,7 @@ async fn schedule_does_not_drift_and_the_phase_stays_inside_four_percent() {
 
 #[test]
 fn a_renewal_is_abandoned_just_before_the_next_slot() {
-    let request = crate::apiserver::DEFAULT_REQUEST_TIMEOUT;
+    let request = crate::api::DEFAULT_REQUEST_TIMEOUT;
     let budget = |ms| attempt_budget(Duration::from_millis(ms), request);
     assert_eq!(budget(10_000), Duration::from_millis(9500));
     assert_eq!(budget(1000), Duration::from_millis(950));

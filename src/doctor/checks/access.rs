@@ -4,14 +4,14 @@
 use std::time::SystemTime;
 
 use super::{budget, curl, NEW_TOKEN};
-use crate::bootstrap::InstalledError;
 use crate::config::Settings;
-use crate::csr::{self, Verdict};
 use crate::doctor::observe::{CertObs, CsrObs, Observations, Using};
 use crate::doctor::Outcome;
-use crate::error::report;
-use crate::health::{ago, rfc3339};
+use crate::identity::bootstrap::InstalledError;
+use crate::identity::csr::{self, Verdict};
 use crate::pki::verify::VerifyError;
+use crate::runtime::health::{ago, rfc3339};
+use crate::runtime::report;
 
 /// With rotation off, warn once this fraction of the lifetime has passed.
 pub const EXPIRY_WARN_FRACTION: f64 = 0.9;

@@ -10,8 +10,8 @@ use super::forbidden;
 use crate::config::Settings;
 use crate::doctor::observe::{Observations, Using};
 use crate::doctor::Outcome;
-use crate::error::report;
-use crate::health::{ago, rfc3339};
+use crate::runtime::health::{ago, rfc3339};
+use crate::runtime::report;
 
 const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 const WANTED_LABELS: [&str; 2] = [
@@ -32,9 +32,7 @@ pub(super) fn node(settings: &Settings, obs: &Observations) -> Outcome {
     let refused = forbidden(&obs.net.node).or_else(|| forbidden(&obs.net.lease));
     if let Some(e) = refused {
         let message = match e {
-            crate::apiserver::Error::Api { status, .. } => {
-                status.message.clone().unwrap_or_default()
-            }
+            crate::api::Error::Api { status, .. } => status.message.clone().unwrap_or_default(),
             _ => String::new(),
         };
         return Outcome::fail(

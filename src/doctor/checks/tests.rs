@@ -14,11 +14,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 use reqwest::Method;
 
 use super::*;
-use crate::apiserver::{Error, Identity};
+use crate::api::kubeconfig::{BootstrapToken, ClusterAccess};
+use crate::api::{Error, Identity};
 use crate::cli::Flags;
 use crate::doctor::observe::{CsrObs, Net, Sar};
 use crate::doctor::{evaluate, Status};
-use crate::kubeconfig::{BootstrapToken, ClusterAccess};
 use crate::pki::CertInfo;
 
 const NOW: u64 = 1_800_000_000;
@@ -267,7 +267,7 @@ const JOINED_ROWS: &[Row] = &[
     (
         "dead bootstrap kubeconfig only warns",
         |o| {
-            o.bootstrap = Some(Err(crate::kubeconfig::KubeconfigError::Missing {
+            o.bootstrap = Some(Err(crate::api::kubeconfig::KubeconfigError::Missing {
                 path: "/b".into(),
             }))
         },

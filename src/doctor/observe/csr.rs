@@ -5,9 +5,9 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::List;
 
 use super::CsrObs;
-use crate::apiserver::{self, ApiClient};
+use crate::api::{self, ApiClient};
 use crate::config::Settings;
-use crate::csr::CSR_PATH;
+use crate::identity::csr::CSR_PATH;
 use crate::pki::files::CertDir;
 use crate::pki::{self, NodeKey, PrivateKeyPem};
 
@@ -17,7 +17,7 @@ pub(super) async fn find(
     client: &ApiClient,
     node: &str,
     pending: Option<String>,
-) -> Result<CsrObs, apiserver::Error> {
+) -> Result<CsrObs, api::Error> {
     if let Some(name) = pending {
         return match client
             .get::<CertificateSigningRequest>(&format!("{CSR_PATH}/{name}"))

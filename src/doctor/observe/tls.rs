@@ -12,14 +12,14 @@ use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureSc
 use sha2::{Digest as _, Sha256};
 use tokio::net::TcpStream;
 
-use crate::apiserver::conn;
-use crate::apiserver::proxy::{ProxyEnv, ProxyPolicy};
-use crate::error::report;
-use crate::kubeconfig::Server;
+use crate::api::conn;
+use crate::api::kubeconfig::Server;
+use crate::api::proxy::{ProxyEnv, ProxyPolicy};
+use crate::runtime::report;
 use tokio::time::timeout;
 use x509_parser::prelude::{FromDer as _, X509Certificate};
 
-use crate::apiserver::tls;
+use crate::api::tls;
 
 /// Why the handshake did not give a trusted session.
 #[derive(Debug, Clone, PartialEq, Eq)]

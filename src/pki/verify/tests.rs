@@ -331,7 +331,7 @@ fn intermediates_on_the_path_must_be_valid_now() {
     let chain = format!("{cert}{}", expired.pem);
     let err = verify_issued(&chain, &s.key, NODE, ca, mid()).unwrap_err();
     assert_eq!(
-        crate::error::report(&err),
+        crate::runtime::report(&err),
         "intermediate CA CN=kubelet-signer in the issued chain is not valid now: \
          certificate expired at 2030-01-15T00:00:00Z"
     );

@@ -11,10 +11,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, WatchEvent};
 use k8s_openapi::ByteString;
 use tokio::time::Instant;
 
-use crate::apiserver::watch::EventStream;
-use crate::apiserver::{self, retrying, ApiClient};
-use crate::backoff::Backoff;
+use crate::api::watch::EventStream;
+use crate::api::{self, retrying, ApiClient};
 use crate::pki::{self, NodeKey};
+use crate::runtime::backoff::Backoff;
 
 /// The CSR collection (doctor reads it too; only this module writes it).
 pub const CSR_PATH: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
@@ -36,7 +36,7 @@ pub enum CsrError {
     Api {
         name: String,
         #[source]
-        source: apiserver::Error,
+        source: api::Error,
     },
     #[error("CSR {name} exists but is not ours (other key, subject or signer); delete it with `kubectl delete csr {name}`")]
     NameTaken { name: String },
@@ -294,13 +294,13 @@ async fn follow(
     tracker: &mut ApprovalTracker,
     opts: &WaitOptions,
     on_pending: &mut (dyn FnMut(Pending) + Send),
-) -> Result<Step, apiserver::Error> {
+) -> Result<Step, api::Error> {
     let mut delivered = false;
     loop {
         let event = tokio::select! {
             event = stream.next() => event?,
             () = tracker.warning_due() => {
-                tracing::warn!(csr = %name, "CSR approved but not issued after {}: is a signer running (kube-controller-manager --cluster-signing-*)?", crate::health::human(opts.not_issued_warning));
+                tracing::warn!(csr = %name, "CSR approved but not issued after {}: is a signer running (kube-controller-manager --cluster-signing-*)?", crate::runtime::health::human(opts.not_issued_warning));
                 on_pending(Pending::ApprovedNotIssued);
                 continue;
             }

@@ -81,7 +81,7 @@ where
             let _ = writeln!(
                 std::io::stderr(),
                 "{prefix}{}",
-                crate::text::one_line(&text)
+                crate::runtime::text::one_line(&text)
             );
         }
     }

@@ -1,6 +1,6 @@
 //! How a kubeconfig says to reach its API server: the URL, the name the serving certificate
 //! must carry (`tls-server-name`) and the proxy (`proxy-url`). Values only; which proxy a
-//! connection really uses is `apiserver::proxy`'s decision, and dialing is `apiserver`'s.
+//! connection really uses is `api::proxy`'s decision, and dialing is `apiserver`'s.
 
 use std::fmt;
 

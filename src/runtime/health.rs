@@ -8,7 +8,9 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::bootstrap::State;
+mod state;
+
+pub use state::{doctor_hint, State};
 
 /// The client certificate in use, as logged (never its body).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,7 +57,7 @@ impl Snapshot {
     /// text in it (a deny message, a `Status.message`) has its controls escaped: the line is
     /// sent as `STATUS=` and must never carry a second notify assignment.
     pub fn status_line(&self, now: SystemTime) -> String {
-        crate::text::one_line(&self.status_text(now)).into_owned()
+        crate::runtime::text::one_line(&self.status_text(now)).into_owned()
     }
 
     fn status_text(&self, now: SystemTime) -> String {

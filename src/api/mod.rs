@@ -5,6 +5,7 @@
 
 pub mod conn;
 mod error;
+pub mod kubeconfig;
 pub mod proxy;
 pub mod tls;
 pub mod watch;
@@ -21,8 +22,8 @@ use reqwest::Method;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::backoff::Backoff;
-use crate::kubeconfig::{Credential, ProxyUrl, ToServer};
+use crate::api::kubeconfig::{Credential, ProxyUrl, ToServer};
+use crate::runtime::backoff::Backoff;
 
 use error::synthetic_status;
 pub use error::{Error, TransportError};
@@ -468,7 +469,7 @@ where
             Err(e) if e.is_retryable() => {
                 let delay = backoff.with_retry_after(e.retry_after());
                 tracing::warn!(
-                    error = %crate::error::report(&e),
+                    error = %crate::runtime::report(&e),
                     retry_in = ?delay,
                     "{what} failed; retrying"
                 );

@@ -5,41 +5,18 @@
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-use crate::apiserver::{self, ApiClient, ClientOptions};
-use crate::backoff::Backoff;
+use crate::api::kubeconfig::{self, Credential, KubeconfigError};
+use crate::api::{self, ApiClient, ClientOptions};
 use crate::checkid::CheckId;
 use crate::config::Settings;
-use crate::csr::{self, CsrError, Pending, Verdict, WaitOptions};
-use crate::error::report;
-use crate::health::{self, Health};
-use crate::kubeconfig::{self, Credential, KubeconfigError};
+use crate::identity::csr::{self, CsrError, Pending, Verdict, WaitOptions};
 use crate::pki::files::{CertDir, FilesError};
 use crate::pki::verify::{self, VerifyError};
 use crate::pki::{CertInfo, NodeKey, PkiError, PrivateKeyPem};
-
-/// Where the identity bootstrap stands. Each state knows its STATUS= line.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum State {
-    /// Nothing checked yet.
-    Starting,
-    /// No valid certificate, and the bootstrap kubeconfig is not there yet (cloud-init
-    /// writes it after boot); only under systemd, where exiting would end in `failed`.
-    AwaitingBootstrapKubeconfig { path: PathBuf },
-    /// Creating (or adopting) the CSR.
-    Filing { csr: String },
-    /// The CSR is filed and not yet approved.
-    WaitingApproval { csr: String, since: SystemTime },
-    /// Approved for a while with no certificate: no signer?
-    ApprovedNotIssued { csr: String, since: SystemTime },
-    /// The last attempt failed (at the doctor check `check`); the next starts at `until`.
-    BackingOff {
-        until: SystemTime,
-        reason: String,
-        check: CheckId,
-    },
-    /// A verified certificate is installed.
-    Installed,
-}
+use crate::runtime::backoff::Backoff;
+use crate::runtime::health::{self, Health};
+pub use crate::runtime::health::{doctor_hint, State};
+use crate::runtime::report;
 
 /// A working identity: the client for the installed certificate and what it came from.
 #[derive(Clone)]
@@ -66,7 +43,7 @@ pub enum BootstrapError {
     #[error(transparent)]
     Kubeconfig(#[from] KubeconfigError),
     #[error(transparent)]
-    Api(#[from] apiserver::Error),
+    Api(#[from] api::Error),
     #[error(transparent)]
     Csr(#[from] CsrError),
     #[error("the private key")]
@@ -140,7 +117,7 @@ impl BootstrapError {
 
 /// Which link an API failure breaks: 401 the credential, 403 RBAC, a TLS handshake that
 /// rejected the server's certificate the CA, anything else the server's reachability.
-fn api_check(e: &apiserver::Error) -> CheckId {
+fn api_check(e: &api::Error) -> CheckId {
     if e.is_unauthorized() {
         CheckId::Authentication
     } else if e.is_forbidden() {
@@ -149,44 +126,6 @@ fn api_check(e: &apiserver::Error) -> CheckId {
         CheckId::CaTrust
     } else {
         CheckId::ServerReachable
-    }
-}
-
-/// The tail of a back-off line: which doctor check failed, and where to look further.
-pub fn doctor_hint(check: CheckId) -> String {
-    format!("doctor check {check}: run 'bootlet doctor' for the full chain")
-}
-
-// === impl State ===
-
-impl State {
-    pub fn status_line(&self, now: SystemTime) -> String {
-        match self {
-            State::Starting => "starting: looking for a valid client certificate".into(),
-            State::AwaitingBootstrapKubeconfig { path } => format!(
-                "no valid client certificate; waiting for the bootstrap kubeconfig {} to appear",
-                path.display()
-            ),
-            State::Filing { csr } => format!("filing CSR {csr}"),
-            State::WaitingApproval { csr, since } => format!(
-                "waiting for approval of CSR {csr} for {} — approve with: kubectl certificate approve {csr}",
-                health::ago(now, *since)
-            ),
-            State::ApprovedNotIssued { csr, since } => format!(
-                "CSR {csr} approved but not issued for {}: is a signer running?",
-                health::ago(now, *since)
-            ),
-            State::BackingOff {
-                until,
-                reason,
-                check,
-            } => format!(
-                "retrying in {}: {reason} ({})",
-                health::human(until.duration_since(now).unwrap_or_default()),
-                doctor_hint(*check)
-            ),
-            State::Installed => "client certificate installed".into(),
-        }
     }
 }
 

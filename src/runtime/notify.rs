@@ -9,9 +9,9 @@ use std::time::{Duration, SystemTime};
 use sd_notify::NotifyState;
 use tokio::time::Instant;
 
-use crate::health::{self, Health, Stalled};
-use crate::shutdown::Shutdown;
-use crate::ticker::Ticker;
+use crate::runtime::health::{self, Health, Stalled};
+use crate::runtime::shutdown::Shutdown;
+use crate::runtime::ticker::Ticker;
 
 /// How often STATUS= is refreshed while it shows an age ("failing for 25s", "waiting for
 /// approval … for 3m12s"); a line that does not age is sent only when it changes.
@@ -222,7 +222,7 @@ fn message(states: &[NotifyState<'_>]) -> String {
     let mut msg = String::new();
     for state in states {
         let line = state.to_string();
-        msg.push_str(&crate::text::one_line(&line));
+        msg.push_str(&crate::runtime::text::one_line(&line));
         msg.push('\n');
     }
     msg

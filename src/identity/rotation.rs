@@ -8,17 +8,17 @@ use sha2::{Digest, Sha256};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::apiserver::ApiClient;
-use crate::backoff::Backoff;
-use crate::bootstrap::{
+use crate::api::ApiClient;
+use crate::config::Settings;
+use crate::identity::bootstrap::{
     check_installed, doctor_hint, Bootstrap, BootstrapError, Credentials, Installed, State,
 };
-use crate::config::Settings;
-use crate::error::report;
-use crate::health::{self, CertSummary, Health};
 use crate::pki::files::CertDir;
-use crate::shutdown::Shutdown;
-use crate::ticker::Ticker;
+use crate::runtime::backoff::Backoff;
+use crate::runtime::health::{self, CertSummary, Health};
+use crate::runtime::report;
+use crate::runtime::shutdown::Shutdown;
+use crate::runtime::ticker::Ticker;
 
 /// Retries of a rotation that failed on the way (a 5xx, a dropped connection, an approval
 /// timeout) start here and double up to `MAX_RETRY`, and are never later than a tenth of

@@ -37,7 +37,7 @@ use super::{
     decode, encode, location, retry_after, ApiClient, Error, Identity, TransportError,
     TCP_KEEPALIVE_IDLE, TCP_KEEPALIVE_INTERVAL, TCP_KEEPALIVE_PROBES, TCP_USER_TIMEOUT,
 };
-use crate::kubeconfig::ProxyUrl;
+use crate::api::kubeconfig::ProxyUrl;
 
 /// A connection of its own, opened on first use and after any exchange that did not
 /// complete. Not `Clone`: one caller, one request at a time.

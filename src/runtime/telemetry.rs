@@ -188,7 +188,7 @@ impl tracing::field::Visit for OneLineVisitor<'_> {
             return;
         }
         let text = format!("{value:?}");
-        let text = crate::text::one_line(&text);
+        let text = crate::runtime::text::one_line(&text);
         let sep = if self.first { "" } else { " " };
         self.first = false;
         self.result = match field.name() {
@@ -245,7 +245,7 @@ where
             }
         }
         let prefix = priority_prefix(*event.metadata().level());
-        writeln!(writer, "{prefix}{}", crate::text::one_line(&line))
+        writeln!(writer, "{prefix}{}", crate::runtime::text::one_line(&line))
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::{Arc, OnceLock};
 use http::Uri;
 use hyper_util::client::proxy::matcher::Matcher;
 
-use crate::kubeconfig::ProxyUrl;
+use crate::api::kubeconfig::ProxyUrl;
 
 /// The proxy variables of an environment, read once (see [`ProxyEnv::process`]).
 pub struct ProxyEnv {
@@ -53,7 +53,7 @@ impl ProxyEnv {
         let proxy = |names| {
             first(names).map(|(name, value)| {
                 let parsed = ProxyUrl::parse(&value, true).map_err(|e| match e {
-                    crate::kubeconfig::ProxyUrlError::Invalid => format!("{name} {e}"),
+                    crate::api::kubeconfig::ProxyUrlError::Invalid => format!("{name} {e}"),
                     unsupported => format!("{name} is not supported: {unsupported}"),
                 });
                 (name, parsed)

@@ -12,7 +12,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
 use super::Identity;
-use crate::kubeconfig::Credential;
+use crate::api::kubeconfig::Credential;
 use crate::pki;
 
 /// Build the TLS config, our identity as logged, and the `Authorization` header (tokens).

@@ -1,0 +1,6 @@
+//! The node's certificates: the CSR object, the issuing pipeline, bootstrap (the first
+//! client certificate) and rotation. Uses the API and pki layers; nothing below imports it.
+
+pub mod bootstrap;
+pub mod csr;
+pub mod rotation;

@@ -1,0 +1,71 @@
+//! Where the node's client identity stands, as the issuing pipeline reports it: each state
+//! knows its STATUS= line. Pure data and formatting, so the health snapshot can hold it
+//! without importing the identity layer.
+
+use std::path::PathBuf;
+use std::time::SystemTime;
+
+use crate::checkid::CheckId;
+use crate::runtime::health;
+
+/// Where the identity bootstrap stands. Each state knows its STATUS= line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum State {
+    /// Nothing checked yet.
+    Starting,
+    /// No valid certificate, and the bootstrap kubeconfig is not there yet (cloud-init
+    /// writes it after boot); only under systemd, where exiting would end in `failed`.
+    AwaitingBootstrapKubeconfig { path: PathBuf },
+    /// Creating (or adopting) the CSR.
+    Filing { csr: String },
+    /// The CSR is filed and not yet approved.
+    WaitingApproval { csr: String, since: SystemTime },
+    /// Approved for a while with no certificate: no signer?
+    ApprovedNotIssued { csr: String, since: SystemTime },
+    /// The last attempt failed (at the doctor check `check`); the next starts at `until`.
+    BackingOff {
+        until: SystemTime,
+        reason: String,
+        check: CheckId,
+    },
+    /// A verified certificate is installed.
+    Installed,
+}
+
+/// The tail of a back-off line: which doctor check failed, and where to look further.
+pub fn doctor_hint(check: CheckId) -> String {
+    format!("doctor check {check}: run 'bootlet doctor' for the full chain")
+}
+
+// === impl State ===
+
+impl State {
+    pub fn status_line(&self, now: SystemTime) -> String {
+        match self {
+            State::Starting => "starting: looking for a valid client certificate".into(),
+            State::AwaitingBootstrapKubeconfig { path } => format!(
+                "no valid client certificate; waiting for the bootstrap kubeconfig {} to appear",
+                path.display()
+            ),
+            State::Filing { csr } => format!("filing CSR {csr}"),
+            State::WaitingApproval { csr, since } => format!(
+                "waiting for approval of CSR {csr} for {} — approve with: kubectl certificate approve {csr}",
+                health::ago(now, *since)
+            ),
+            State::ApprovedNotIssued { csr, since } => format!(
+                "CSR {csr} approved but not issued for {}: is a signer running?",
+                health::ago(now, *since)
+            ),
+            State::BackingOff {
+                until,
+                reason,
+                check,
+            } => format!(
+                "retrying in {}: {reason} ({})",
+                health::human(until.duration_since(now).unwrap_or_default()),
+                doctor_hint(*check)
+            ),
+            State::Installed => "client certificate installed".into(),
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! Process plumbing every other layer uses: logging, systemd notification, shutdown,
+//! exact timers, the health snapshot, back-off, durations and one-line text. A leaf
+//! layer: nothing here imports the API, identity, Lease or doctor layers.
+
+pub mod backoff;
+pub mod duration;
+pub mod health;
+pub mod notify;
+pub mod report;
+pub mod shutdown;
+pub mod telemetry;
+pub mod text;
+pub mod ticker;
+
+pub use self::report::report;
