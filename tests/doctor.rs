@@ -109,10 +109,15 @@ async fn file_csr(tp: &TestPlane, dir: &NodeDir, token: &str) -> String {
         .unwrap();
     let client = token_client(tp, token);
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1), 0.1).unwrap();
-    bootlet::identity::csr::file(&client, &key, NODE, &mut backoff)
-        .await
-        .unwrap();
-    bootlet::pki::csr_name(&key, NODE)
+    bootlet::identity::csr::file(
+        &client,
+        &key,
+        &bootlet::pki::CertProfile::client(NODE),
+        &mut backoff,
+    )
+    .await
+    .unwrap();
+    bootlet::pki::csr_name(&key, &bootlet::pki::CertProfile::client(NODE))
 }
 
 fn token_client(tp: &TestPlane, token: &str) -> ApiClient {
@@ -396,7 +401,9 @@ async fn setup(name: &str) -> (TestPlane, NodeDir, Vec<String>, Vec<(String, Str
             tp.set_approval(Approval::Manual);
             // Approved by hand although the signer will refuse it (no client auth usage).
             let key = NodeKey::generate().unwrap();
-            let mut csr = bootlet::identity::csr::build(&key, NODE).unwrap();
+            let mut csr =
+                bootlet::identity::csr::build(&key, &bootlet::pki::CertProfile::client(NODE))
+                    .unwrap();
             csr.spec.usages = Some(vec!["digital signature".into()]);
             let client = token_client(&tp, &token);
             let _: Value = client

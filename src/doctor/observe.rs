@@ -59,13 +59,12 @@ pub enum CertObs {
     /// Nothing at `CERT_DIR/kubelet-client-current.pem`.
     #[default]
     Absent,
-    /// The file is there but unreadable or lacks a certificate or key.
     /// The file is there but unusable; `detail` names it and says why.
     Unreadable { path: PathBuf, detail: String },
     /// Checked with the daemon's own `check_installed`; `info` is the leaf when it parses.
     Checked {
         path: PathBuf,
-        info: Option<CertInfo>,
+        info: Option<Box<CertInfo>>,
         verdict: Result<(), InstalledError>,
     },
 }
@@ -173,7 +172,7 @@ fn local(s: &Settings, obs: &mut Observations) {
         Ok(Some((chain, key))) => {
             let info = pki::parse_cert_chain(&chain)
                 .ok()
-                .and_then(|c| c.into_iter().next().map(|(i, _)| i));
+                .and_then(|c| c.into_iter().next().map(|(i, _)| Box::new(i)));
             let ca = own_cluster.as_ref().map(|c| c.ca_pem.clone());
             let verdict =
                 check_installed(chain, key, &s.node_name, &ca.unwrap_or_default()).map(drop);

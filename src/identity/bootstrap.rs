@@ -5,29 +5,19 @@
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-use crate::api::kubeconfig::{self, Credential, KubeconfigError};
+use crate::api::kubeconfig::{self, KubeconfigError};
 use crate::api::{self, ApiClient, ClientOptions};
 use crate::checkid::CheckId;
 use crate::config::Settings;
-use crate::identity::csr::{self, CsrError, Pending, Verdict, WaitOptions};
+use crate::identity::client::ClientIdentity;
+pub use crate::identity::client::Credentials;
+use crate::identity::issue::{api_check, IssueError};
 use crate::pki::files::{CertDir, FilesError};
 use crate::pki::verify::{self, VerifyError};
-use crate::pki::{CertInfo, NodeKey, PkiError, PrivateKeyPem};
-use crate::runtime::backoff::Backoff;
+use crate::pki::{CertInfo, CertProfile, NodeKey, PkiError, PrivateKeyPem};
 use crate::runtime::health::{self, Health};
 pub use crate::runtime::health::{doctor_hint, State};
 use crate::runtime::report;
-
-/// A working identity: the client for the installed certificate and what it came from.
-#[derive(Clone)]
-pub struct Credentials {
-    pub client: ApiClient,
-    pub cert: CertInfo,
-    pub server: kubeconfig::Server,
-    pub ca_pem: Vec<u8>,
-    /// Issued by this process just now (not found on disk).
-    pub fresh: bool,
-}
 
 /// Why bootstrap could not produce an identity.
 #[derive(Debug, thiserror::Error)]
@@ -45,43 +35,20 @@ pub enum BootstrapError {
     #[error(transparent)]
     Api(#[from] api::Error),
     #[error(transparent)]
-    Csr(#[from] CsrError),
-    #[error("the private key")]
-    Key(#[from] PkiError),
-    #[error("CSR {csr} was denied ({reason}: {message}); check the approver policy, e.g. `kubectl get clusterrolebinding kubeadm:node-autoapprove-bootstrap -o yaml`")]
-    Denied {
-        csr: String,
-        reason: String,
-        message: String,
-    },
-    #[error("CSR {csr} failed ({reason}: {message}); the signer refused it")]
-    Failed {
-        csr: String,
-        reason: String,
-        message: String,
-    },
-    #[error("refused the certificate issued for CSR {csr}; nothing was written")]
-    Refused {
-        csr: String,
-        #[source]
-        source: VerifyError,
-    },
+    Issue(#[from] IssueError),
 }
 
 // === impl BootstrapError ===
 
 impl BootstrapError {
-    /// The signer's side said no to this CSR (Denied, Failed, a certificate we refused, a
-    /// name held by another request): retrying at once changes nothing, so the contract's
-    /// back-off applies (at least 1 min, doubling, capped at 1 h, jittered).
+    /// See [`IssueError::is_refusal`].
     pub fn is_refusal(&self) -> bool {
-        matches!(
-            self,
-            BootstrapError::Denied { .. }
-                | BootstrapError::Failed { .. }
-                | BootstrapError::Refused { .. }
-                | BootstrapError::Csr(CsrError::NameTaken { .. })
-        )
+        matches!(self, BootstrapError::Issue(e) if e.is_refusal())
+    }
+
+    /// See [`IssueError::is_approval_timeout`].
+    pub fn is_approval_timeout(&self) -> bool {
+        matches!(self, BootstrapError::Issue(e) if e.is_approval_timeout())
     }
 
     /// The doctor check (the contract's ids) this failure belongs to: the back-off log line
@@ -92,40 +59,10 @@ impl BootstrapError {
             BootstrapError::NoBootstrap { .. } | BootstrapError::Kubeconfig(_) => {
                 CheckId::BootstrapKubeconfig
             }
-            BootstrapError::Files(_) | BootstrapError::Key(_) => CheckId::Config,
-            BootstrapError::Csr(CsrError::Build(_)) => CheckId::Config,
-            BootstrapError::Api(e) | BootstrapError::Csr(CsrError::Api { source: e, .. }) => {
-                api_check(e)
-            }
-            BootstrapError::Csr(_)
-            | BootstrapError::Denied { .. }
-            | BootstrapError::Failed { .. } => CheckId::Csr,
-            BootstrapError::Refused { source, .. } => match source {
-                VerifyError::NotYetValid { .. } => CheckId::ClockSkew,
-                VerifyError::UntrustedIssuer { .. } => CheckId::CaTrust,
-                _ => CheckId::ClientCertificate,
-            },
+            BootstrapError::Files(_) => CheckId::Config,
+            BootstrapError::Api(e) => api_check(e),
+            BootstrapError::Issue(e) => e.check(),
         }
-    }
-
-    /// Waiting for approval ran out of time; the pending key (and its CSR) stay for the
-    /// next attempt to adopt.
-    pub fn is_approval_timeout(&self) -> bool {
-        matches!(self, BootstrapError::Csr(CsrError::Timeout { .. }))
-    }
-}
-
-/// Which link an API failure breaks: 401 the credential, 403 RBAC, a TLS handshake that
-/// rejected the server's certificate the CA, anything else the server's reachability.
-fn api_check(e: &api::Error) -> CheckId {
-    if e.is_unauthorized() {
-        CheckId::Authentication
-    } else if e.is_forbidden() {
-        CheckId::Authorization
-    } else if e.is_transport() && report(e).contains("invalid peer certificate") {
-        CheckId::CaTrust
-    } else {
-        CheckId::ServerReachable
     }
 }
 
@@ -155,7 +92,8 @@ pub(crate) fn check_installed(
     ca_pem: &[u8],
 ) -> Result<Installed, InstalledError> {
     let key = NodeKey::from_pem(&key_pem).map_err(InstalledError::Key)?;
-    let info = verify::verify_issued(&chain_pem, &key, node, ca_pem, SystemTime::now())?;
+    let profile = CertProfile::client(node);
+    let info = verify::verify_issued(&chain_pem, &key, &profile, ca_pem, SystemTime::now())?;
     Ok(Installed {
         chain_pem,
         key_pem,
@@ -170,7 +108,8 @@ const BOOTSTRAP_KUBECONFIG_POLL: Duration = Duration::from_secs(2);
 pub struct Bootstrap<'a> {
     settings: &'a Settings,
     health: Health,
-    api: ClientOptions,
+    /// Where obtained certificates go (shared with rotation).
+    pub client: ClientIdentity<'a>,
     /// Wait for a missing bootstrap kubeconfig instead of failing (see [`Bootstrap::wait_for_bootstrap_kubeconfig`]).
     wait_for_file: bool,
 }
@@ -181,8 +120,12 @@ impl<'a> Bootstrap<'a> {
     pub fn new(settings: &'a Settings, health: Health, api: ClientOptions) -> Self {
         Self {
             settings,
+            client: ClientIdentity {
+                settings,
+                health: health.clone(),
+                api,
+            },
             health,
-            api,
             wait_for_file: false,
         }
     }
@@ -278,9 +221,14 @@ impl<'a> Bootstrap<'a> {
                     )?;
                 }
                 tracing::info!(serial = %info.serial, not_after = %health::rfc3339(info.not_after), "reusing the valid client certificate; no CSR needed");
-                let creds =
-                    self.credentials(&access.server, &access.ca_pem, chain_pem, key_pem, info)?;
-                self.installed(&creds);
+                let creds = self.client.credentials(
+                    &access.server,
+                    &access.ca_pem,
+                    chain_pem,
+                    key_pem,
+                    info,
+                )?;
+                self.client.installed(&creds);
                 Ok(Some(creds))
             }
             Err(e) => {
@@ -303,186 +251,44 @@ impl<'a> Bootstrap<'a> {
             &access.server,
             &access.ca_pem,
             &access.credential,
-            self.api.clone(),
+            self.client.api.clone(),
         )?;
-        self.obtain(dir, &client, &access.server, &access.ca_pem, s.csr_timeout)
+        self.client
+            .obtain(dir, &client, &access.server, &access.ca_pem, s.csr_timeout)
             .await
-    }
-
-    /// Get a certificate through `client` (the bootstrap token, or the current certificate
-    /// when rotating): pending key → CSR → approval → verification → files → kubeconfig.
-    pub(crate) async fn obtain(
-        &self,
-        dir: &CertDir,
-        client: &ApiClient,
-        server: &kubeconfig::Server,
-        ca_pem: &[u8],
-        wait_limit: Duration,
-    ) -> Result<Credentials, BootstrapError> {
-        let s = self.settings;
-        let key = self.pending_key(dir)?;
-        let mut retry = Backoff::new(Duration::from_millis(500), Duration::from_secs(30), 0.2)
-            .expect("constant backoff bounds are valid");
-        let name = crate::pki::csr_name(&key, &s.node_name);
-        self.health
-            .set_bootstrap(State::Filing { csr: name.clone() });
-        tracing::info!(csr = %name, identity = %client.identity(), "requesting a client certificate");
-        if let Err(e) = csr::file(client, &key, &s.node_name, &mut retry).await {
-            if matches!(e, CsrError::NameTaken { .. }) {
-                // The same key would name the same foreign CSR again: start over with a new one.
-                dir.remove_pending_key()?;
-            }
-            return Err(e.into());
-        }
-        tracing::info!(csr = %name, timeout = %health::human(wait_limit), "waiting for approval (approve with: kubectl certificate approve {name})");
-        let since = SystemTime::now();
-        let health = self.health.clone();
-        let csr_name = name.clone();
-        let mut on_pending = move |p: Pending| {
-            health.set_bootstrap(match p {
-                Pending::AwaitingApproval => State::WaitingApproval {
-                    csr: csr_name.clone(),
-                    since,
-                },
-                Pending::ApprovedNotIssued => State::ApprovedNotIssued {
-                    csr: csr_name.clone(),
-                    since,
-                },
-            })
-        };
-        let opts = WaitOptions {
-            timeout: wait_limit,
-            not_issued_warning: s.csr_not_issued_warning,
-        };
-        let verdict = csr::wait(client, &name, &opts, &mut retry, &mut on_pending).await;
-        let chain_pem = match verdict {
-            Ok(Verdict::Issued { chain_pem }) => chain_pem,
-            Ok(Verdict::Denied { reason, message }) => {
-                dir.remove_pending_key()?;
-                return Err(BootstrapError::Denied {
-                    csr: name,
-                    reason,
-                    message,
-                });
-            }
-            Ok(Verdict::Failed { reason, message }) => {
-                dir.remove_pending_key()?;
-                return Err(BootstrapError::Failed {
-                    csr: name,
-                    reason,
-                    message,
-                });
-            }
-            // A timeout keeps the pending key: the next attempt adopts the same CSR (an
-            // approval may still come) instead of filing another.
-            Err(e) => return Err(e.into()),
-        };
-        let info = match verify::verify_issued(
-            &chain_pem,
-            &key,
-            &s.node_name,
-            ca_pem,
-            SystemTime::now(),
-        ) {
-            Ok(info) => info,
-            Err(source) => {
-                // The same key would adopt the same bad CSR again: start over with a new one.
-                dir.remove_pending_key()?;
-                return Err(BootstrapError::Refused { csr: name, source });
-            }
-        };
-        let key_pem = key.to_pem();
-        let written = dir.install(&chain_pem, &key_pem, SystemTime::now())?;
-        kubeconfig::write_kubelet(&s.kubeconfig, server, ca_pem, &dir.current_path())?;
-        dir.remove_pending_key()?;
-        tracing::info!(
-            serial = %info.serial,
-            not_after = %health::rfc3339(info.not_after),
-            file = %written.display(),
-            kubeconfig = %s.kubeconfig.display(),
-            "client certificate installed"
-        );
-        let mut creds = self.credentials(server, ca_pem, chain_pem, key_pem, info)?;
-        creds.fresh = true;
-        self.installed(&creds);
-        Ok(creds)
-    }
-
-    /// The key of the CSR in flight: the persisted pending key, or a new one saved first.
-    fn pending_key(&self, dir: &CertDir) -> Result<NodeKey, BootstrapError> {
-        if let Some(pem) = dir.load_pending_key()? {
-            match NodeKey::from_pem(&pem) {
-                Ok(key) => return Ok(key),
-                Err(e) => {
-                    tracing::warn!(error = %report(&e), "discarding an unreadable pending key")
-                }
-            }
-        }
-        let key = NodeKey::generate()?;
-        dir.store_pending_key(&key.to_pem())?;
-        Ok(key)
-    }
-
-    pub(crate) fn credentials(
-        &self,
-        server: &kubeconfig::Server,
-        ca_pem: &[u8],
-        chain_pem: String,
-        key: PrivateKeyPem,
-        cert: CertInfo,
-    ) -> Result<Credentials, BootstrapError> {
-        let credential = Credential::ClientCert { chain_pem, key };
-        let client = ApiClient::new(server, ca_pem, &credential, self.api.clone())?;
-        Ok(Credentials {
-            client,
-            cert,
-            server: server.clone(),
-            ca_pem: ca_pem.to_vec(),
-            fresh: false,
-        })
-    }
-
-    fn installed(&self, creds: &Credentials) {
-        let summary = health::CertSummary {
-            serial: creds.cert.serial.clone(),
-            not_after: creds.cert.not_after,
-            rotate_at: None,
-        };
-        self.health.update(|s| {
-            s.bootstrap = State::Installed;
-            s.cert = Some(summary);
-        });
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::identity::csr::CsrError;
+    use crate::pki::verify::VerifyError;
 
     #[test]
     fn each_failure_names_the_doctor_check_it_breaks() {
-        let denied = BootstrapError::Denied {
+        let denied = BootstrapError::Issue(IssueError::Denied {
             csr: "c".into(),
             reason: "r".into(),
             message: "m".into(),
-        };
+        });
         assert_eq!(denied.check(), CheckId::Csr);
         let missing = BootstrapError::NoBootstrap {
             cert_dir: "/d".into(),
             source: KubeconfigError::Missing { path: "/b".into() },
         };
         assert_eq!(missing.check(), CheckId::BootstrapKubeconfig);
-        let early = BootstrapError::Refused {
+        let early = BootstrapError::Issue(IssueError::Refused {
             csr: "c".into(),
             source: VerifyError::NotYetValid {
                 not_before: SystemTime::UNIX_EPOCH,
             },
-        };
+        });
         assert_eq!(early.check(), CheckId::ClockSkew);
-        let timeout = BootstrapError::Csr(CsrError::Timeout {
+        let timeout = BootstrapError::Issue(IssueError::Csr(CsrError::Timeout {
             name: "c".into(),
             after: Duration::from_secs(1),
-        });
+        }));
         assert_eq!(timeout.check(), CheckId::Csr);
         assert!(timeout.is_approval_timeout() && !timeout.is_refusal());
         assert!(denied.is_refusal());

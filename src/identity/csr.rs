@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use crate::api::watch::EventStream;
 use crate::api::{self, retrying, ApiClient};
-use crate::pki::{self, NodeKey};
+use crate::pki::{self, CertProfile, NodeKey};
 use crate::runtime::backoff::Backoff;
 
 /// The CSR collection (doctor reads it too; only this module writes it).
@@ -82,18 +82,21 @@ pub struct WaitOptions {
     pub not_issued_warning: Duration,
 }
 
-/// The CSR object for `key` and `node` (pure).
-pub fn build(key: &NodeKey, node: &str) -> Result<CertificateSigningRequest, pki::PkiError> {
-    let request = pki::csr_pem(key, node)?;
+/// The CSR object for `key` and `profile` (pure).
+pub fn build(
+    key: &NodeKey,
+    profile: &CertProfile,
+) -> Result<CertificateSigningRequest, pki::PkiError> {
+    let request = pki::csr_pem(key, profile)?;
     Ok(CertificateSigningRequest {
         metadata: ObjectMeta {
-            name: Some(pki::csr_name(key, node)),
+            name: Some(pki::csr_name(key, profile)),
             ..ObjectMeta::default()
         },
         spec: CertificateSigningRequestSpec {
             request: ByteString(request.into_bytes()),
-            signer_name: pki::SIGNER_NAME.to_string(),
-            usages: Some(pki::USAGES.iter().map(|u| u.to_string()).collect()),
+            signer_name: profile.signer().to_string(),
+            usages: Some(profile.usages().iter().map(|u| u.to_string()).collect()),
             ..CertificateSigningRequestSpec::default()
         },
         status: None,
@@ -104,10 +107,10 @@ pub fn build(key: &NodeKey, node: &str) -> Result<CertificateSigningRequest, pki
 pub async fn file(
     client: &ApiClient,
     key: &NodeKey,
-    node: &str,
+    profile: &CertProfile,
     retry: &mut Backoff,
 ) -> Result<String, CsrError> {
-    let csr = build(key, node).map_err(CsrError::Build)?;
+    let csr = build(key, profile).map_err(CsrError::Build)?;
     let name = csr.metadata.name.clone().unwrap_or_default();
     let api = |source| CsrError::Api {
         name: name.clone(),
@@ -128,8 +131,8 @@ pub async fn file(
                 retrying("reading the existing CSR", retry, || client.get(&path))
                     .await
                     .map_err(api)?;
-            if existing.spec.signer_name == pki::SIGNER_NAME
-                && pki::csr_matches_key(&existing.spec.request.0, key, node)
+            if existing.spec.signer_name == profile.signer()
+                && pki::csr_matches_key(&existing.spec.request.0, key, profile)
             {
                 tracing::info!(csr = %name, "adopted the CSR filed earlier for this key");
                 Ok(name)

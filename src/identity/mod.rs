@@ -2,5 +2,7 @@
 //! client certificate) and rotation. Uses the API and pki layers; nothing below imports it.
 
 pub mod bootstrap;
+pub mod client;
 pub mod csr;
+pub mod issue;
 pub mod rotation;

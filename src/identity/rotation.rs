@@ -209,6 +209,7 @@ impl Rotation<'_> {
                     .csr_timeout
                     .min(remaining.max(Duration::from_secs(1)));
                 self.bootstrap
+                    .client
                     .obtain(&dir, &creds.client, &creds.server, &creds.ca_pem, limit)
                     .await
             };
@@ -287,6 +288,7 @@ impl Rotation<'_> {
         }
         tracing::info!(old = %creds.cert.serial, new = %info.serial, "adopting a client certificate installed outside bootlet");
         self.bootstrap
+            .client
             .credentials(&creds.server, &creds.ca_pem, chain_pem, key_pem, info)
             .map_err(|e| tracing::warn!(error = %report(&e), "cannot use the outside certificate"))
             .ok()

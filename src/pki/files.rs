@@ -8,7 +8,7 @@ use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, PermissionsExt as 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use super::{split_pem, NodeKey, PrivateKeyPem};
+use super::{split_pem, CertProfile, NodeKey, PrivateKeyPem};
 
 pub use atomic::write_atomic;
 use atomic::{create_temp, is_temp_name, sync_dir, temp_name};
@@ -19,7 +19,8 @@ mod atomic;
 pub const CURRENT_FILE: &str = "kubelet-client-current.pem";
 /// The pending key of a CSR not yet issued.
 pub const PENDING_KEY_FILE: &str = "kubelet-client.key.tmp";
-const PREFIX: &str = "kubelet-client-";
+/// The client certificate's file prefix (the serving one's is `kubelet-server`).
+const CLIENT_PREFIX: &str = "kubelet-client";
 const SUFFIX: &str = ".pem";
 /// Mode of the cert dir.
 pub const DIR_MODE: u32 = 0o700;
@@ -71,10 +72,12 @@ pub enum FilesError {
     },
 }
 
-/// The cert dir (`--cert-dir`), absolute, mode 0700.
+/// The cert dir (`--cert-dir`), absolute, mode 0700, seen through one certificate's file
+/// prefix (`kubelet-client` from `open`; [`CertDir::for_profile`] for another).
 #[derive(Clone, Debug)]
 pub struct CertDir {
     dir: PathBuf,
+    prefix: &'static str,
 }
 
 // === impl CertDir ===
@@ -130,7 +133,10 @@ impl CertDir {
             })?;
             tracing::info!(dir = %dir.display(), "cert dir mode {mode:04o} tightened to {DIR_MODE:04o}");
         }
-        let cd = CertDir { dir };
+        let cd = CertDir {
+            dir,
+            prefix: CLIENT_PREFIX,
+        };
         cd.sweep_temps()?;
         Ok(cd)
     }
@@ -168,6 +174,15 @@ impl CertDir {
     pub fn peek(dir: &Path) -> CertDir {
         CertDir {
             dir: std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf()),
+            prefix: CLIENT_PREFIX,
+        }
+    }
+
+    /// The same directory, for `profile`'s files (`kubelet-server-*` for the serving one).
+    pub fn for_profile(&self, profile: &CertProfile) -> CertDir {
+        CertDir {
+            dir: self.dir.clone(),
+            prefix: profile.file_prefix(),
         }
     }
 
@@ -178,12 +193,12 @@ impl CertDir {
 
     /// `DIR/kubelet-client-current.pem`, absolute.
     pub fn current_path(&self) -> PathBuf {
-        self.dir.join(CURRENT_FILE)
+        self.dir.join(format!("{}-current.pem", self.prefix))
     }
 
     /// `DIR/kubelet-client.key.tmp`.
     pub fn pending_key_path(&self) -> PathBuf {
-        self.dir.join(PENDING_KEY_FILE)
+        self.dir.join(format!("{}.key.tmp", self.prefix))
     }
 
     /// The chain and key the current symlink (or a regular file put there by an admin)
@@ -226,7 +241,7 @@ impl CertDir {
         // Fully written temp file first, then a hard link to the first free name: the
         // link fails instead of replacing an existing file.
         let (tmp, mut file) = create_temp(
-            &self.dir.join(format!("{PREFIX}{stamp}{SUFFIX}")),
+            &self.dir.join(format!("{}-{stamp}{SUFFIX}", self.prefix)),
             FILE_MODE,
         )?;
         let written = file
@@ -248,8 +263,8 @@ impl CertDir {
     fn link_free_name(&self, tmp: &Path, stamp: &str) -> Result<PathBuf, FilesError> {
         for n in 0u32.. {
             let name = match n {
-                0 => format!("{PREFIX}{stamp}{SUFFIX}"),
-                n => format!("{PREFIX}{stamp}-{n}{SUFFIX}"),
+                0 => format!("{}-{stamp}{SUFFIX}", self.prefix),
+                n => format!("{}-{stamp}-{n}{SUFFIX}", self.prefix),
             };
             let target = self.dir.join(name);
             match fs::hard_link(tmp, &target) {
@@ -270,7 +285,9 @@ impl CertDir {
     fn point_current_at(&self, target: &Path) -> Result<(), FilesError> {
         let current = self.current_path();
         let tmp = loop {
-            let tmp = self.dir.join(temp_name(CURRENT_FILE));
+            let tmp = self
+                .dir
+                .join(temp_name(&format!("{}-current.pem", self.prefix)));
             match std::os::unix::fs::symlink(target, &tmp) {
                 Ok(()) => break tmp,
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
@@ -345,7 +362,7 @@ impl CertDir {
         let mut stamped = Vec::new();
         for entry in fs::read_dir(&self.dir).map_err(list_err)? {
             let name = entry.map_err(list_err)?.file_name();
-            if let Some(order) = name.to_str().and_then(timestamp_order) {
+            if let Some(order) = name.to_str().and_then(|n| timestamp_order(self.prefix, n)) {
                 stamped.push((order, name));
             }
         }
@@ -370,9 +387,12 @@ impl CertDir {
     }
 }
 
-/// `kubelet-client-YYYY-MM-DD-HH-MM-SS[-N].pem` → sort key (stamp, N); other names → None.
-fn timestamp_order(name: &str) -> Option<(String, u32)> {
-    let rest = name.strip_prefix(PREFIX)?.strip_suffix(SUFFIX)?;
+/// `PREFIX-YYYY-MM-DD-HH-MM-SS[-N].pem` → sort key (stamp, N); other names → None.
+fn timestamp_order(prefix: &str, name: &str) -> Option<(String, u32)> {
+    let rest = name
+        .strip_prefix(prefix)?
+        .strip_prefix('-')?
+        .strip_suffix(SUFFIX)?;
     let (stamp, n) = match rest.get(19..) {
         Some("") => (rest, 0),
         Some(tail) => (&rest[..19], tail.strip_prefix('-')?.parse().ok()?),

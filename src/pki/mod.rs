@@ -3,22 +3,21 @@
 //! Pure: no IO and no clock (validity checks live in `verify`, the cert dir in `files`).
 
 pub mod files;
+pub mod profile;
 pub mod verify;
+
+pub use profile::{CertProfile, Purpose, Sans};
 
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
-use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair, PublicKeyData as _};
+use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair, PublicKeyData as _, SanType};
 use sha2::{Digest as _, Sha512_256};
 use x509_parser::prelude::{FromDer as _, Pem, X509Certificate, X509CertificationRequest};
 use x509_parser::x509::X509Name;
 
-/// The signer every node client CSR names.
-pub const SIGNER_NAME: &str = "kubernetes.io/kube-apiserver-client-kubelet";
-/// Key usages requested for an ECDSA node client certificate, in the kubelet's order.
-pub const USAGES: [&str; 2] = ["digital signature", "client auth"];
 /// The organization every node identity carries.
 pub const NODE_GROUP: &str = "system:nodes";
 /// Prefix of the node's common name: `system:node:NODE`.
@@ -156,10 +155,11 @@ pub fn node_subject(node: &str) -> (String, String) {
     (format!("{NODE_CN_PREFIX}{node}"), NODE_GROUP.to_string())
 }
 
-/// A PKCS#10 request in PEM, self-signed by `key`: subject O=system:nodes,
-/// CN=system:node:NODE, no SANs and no extension request.
-pub fn csr_pem(key: &NodeKey, node: &str) -> Result<String, PkiError> {
-    let (cn, o) = node_subject(node);
+/// A PKCS#10 request in PEM, self-signed by `key`, for `profile`: subject O=system:nodes,
+/// CN=system:node:NODE, and the profile's DNS and IP SANs (none for the client
+/// certificate, which then has no extension request at all).
+pub fn csr_pem(key: &NodeKey, profile: &CertProfile) -> Result<String, PkiError> {
+    let (cn, o) = profile.subject();
     let mut dn = DistinguishedName::new();
     // Go's pkix.Name puts O before CN; mirror the kubelet's request.
     dn.push(DnType::OrganizationName, o);
@@ -167,23 +167,47 @@ pub fn csr_pem(key: &NodeKey, node: &str) -> Result<String, PkiError> {
     let mut params = CertificateParams::default();
     params.distinguished_name = dn;
     let csr_err = |source| PkiError::Csr {
-        node: node.to_string(),
+        node: profile.node.clone(),
         source,
     };
+    for name in &profile.sans.dns {
+        let name = name.clone().try_into().map_err(csr_err)?;
+        params.subject_alt_names.push(SanType::DnsName(name));
+    }
+    for ip in &profile.sans.ips {
+        params.subject_alt_names.push(SanType::IpAddress(*ip));
+    }
     params
         .serialize_request(&key.0)
         .and_then(|csr| csr.pem())
         .map_err(csr_err)
 }
 
-/// client-go's `digestedName`: the CSR name as a function of key, subject and usages, so
-/// a restarted agent finds its own pending CSR. Deterministic for a key and node.
-pub fn csr_name(key: &NodeKey, node: &str) -> String {
-    let (cn, o) = node_subject(node);
-    digested_name(&key.public_key_der(), &cn, &[o.as_str()], &USAGES)
+/// client-go's `digestedName`: the CSR name as a function of key, subject and usages (and,
+/// for a serving certificate, its SANs, so a new address means a new CSR), so a restarted
+/// agent finds its own pending CSR. Deterministic for a key and profile.
+pub fn csr_name(key: &NodeKey, profile: &CertProfile) -> String {
+    let (cn, o) = profile.subject();
+    let sans: Vec<String> = (profile.sans.dns.iter().cloned())
+        .chain(profile.sans.ips.iter().map(|ip| ip.to_string()))
+        .collect();
+    let sans: Vec<&str> = sans.iter().map(String::as_str).collect();
+    digested_name(
+        &key.public_key_der(),
+        &cn,
+        &[o.as_str()],
+        profile.usages(),
+        &sans,
+    )
 }
 
-fn digested_name(spki_der: &[u8], cn: &str, orgs: &[&str], usages: &[&str]) -> String {
+fn digested_name(
+    spki_der: &[u8],
+    cn: &str,
+    orgs: &[&str],
+    usages: &[&str],
+    sans: &[&str],
+) -> String {
     let mut hash = Sha512_256::new();
     let mut write = |data: &[u8]| {
         hash.update(URL_SAFE_NO_PAD.encode(data).as_bytes());
@@ -197,12 +221,15 @@ fn digested_name(spki_der: &[u8], cn: &str, orgs: &[&str], usages: &[&str]) -> S
     for u in usages {
         write(u.as_bytes());
     }
+    for san in sans {
+        write(san.as_bytes());
+    }
     format!("node-csr-{}", URL_SAFE_NO_PAD.encode(hash.finalize()))
 }
 
-/// True only if `csr` (PEM or DER PKCS#10) carries our public key, subject CN/O for
-/// `node` exactly, and a valid self-signature: the test for adopting an existing CSR.
-pub fn csr_matches_key(csr_pem_or_der: &[u8], key: &NodeKey, node: &str) -> bool {
+/// True only if `csr` (PEM or DER PKCS#10) carries our public key, the profile's subject
+/// CN/O and SANs exactly, and a valid self-signature: the test for adopting an existing CSR.
+pub fn csr_matches_key(csr_pem_or_der: &[u8], key: &NodeKey, profile: &CertProfile) -> bool {
     let der = if csr_pem_or_der.starts_with(b"-----BEGIN") {
         match Pem::iter_from_buffer(csr_pem_or_der).next() {
             Some(Ok(pem)) if pem.label.ends_with("CERTIFICATE REQUEST") => pem.contents,
@@ -215,11 +242,48 @@ pub fn csr_matches_key(csr_pem_or_der: &[u8], key: &NodeKey, node: &str) -> bool
         return false;
     };
     let info = &csr.certification_request_info;
-    let (cn, o) = node_subject(node);
+    let (cn, o) = profile.subject();
     info.subject_pki.raw == key.public_key_der().as_slice()
         && name_values(&info.subject, NameAttr::Cn) == [cn]
         && name_values(&info.subject, NameAttr::O) == [o]
+        && requested_sans(&csr) == profile.sans
         && csr.verify_signature().is_ok()
+}
+
+/// The DNS and IP SANs a request asks for, sorted (empty when it has none).
+fn requested_sans(csr: &X509CertificationRequest<'_>) -> Sans {
+    use x509_parser::extensions::ParsedExtension;
+    let (mut dns, mut ips) = (Vec::new(), Vec::new());
+    for ext in csr.requested_extensions().into_iter().flatten() {
+        if let ParsedExtension::SubjectAlternativeName(san) = ext {
+            collect_sans(&san.general_names, &mut dns, &mut ips);
+        }
+    }
+    Sans::new(dns, ips)
+}
+
+/// DNS names and IPs (4 or 16 octets) out of a GeneralNames list.
+fn collect_sans(
+    names: &[x509_parser::extensions::GeneralName<'_>],
+    dns: &mut Vec<String>,
+    ips: &mut Vec<std::net::IpAddr>,
+) {
+    use x509_parser::extensions::GeneralName;
+    for name in names {
+        match name {
+            GeneralName::DNSName(d) => dns.push(d.to_string()),
+            GeneralName::IPAddress(b) => match b.len() {
+                4 => ips.push(std::net::IpAddr::from(
+                    <[u8; 4]>::try_from(*b).unwrap_or_default(),
+                )),
+                16 => ips.push(std::net::IpAddr::from(
+                    <[u8; 16]>::try_from(*b).unwrap_or_default(),
+                )),
+                _ => {}
+            },
+            _ => {}
+        }
+    }
 }
 
 /// What a client certificate says about itself; safe to log (no key material). Debug
@@ -240,6 +304,10 @@ pub struct CertInfo {
     pub spki_der: Vec<u8>,
     /// The extended key usage extension lists id-kp-clientAuth.
     pub client_auth: bool,
+    /// The extended key usage extension lists id-kp-serverAuth.
+    pub server_auth: bool,
+    /// The DNS and IP subject alternative names, sorted.
+    pub sans: Sans,
 }
 
 // === impl CertInfo ===
@@ -247,8 +315,13 @@ pub struct CertInfo {
 impl CertInfo {
     /// Extracts the fields from a parsed certificate.
     pub fn from_x509(cert: &X509Certificate<'_>) -> Self {
-        let client_auth =
-            matches!(cert.extended_key_usage(), Ok(Some(eku)) if eku.value.client_auth);
+        let eku = cert.extended_key_usage().ok().flatten().map(|e| e.value);
+        let (client_auth, server_auth) =
+            eku.map_or((false, false), |e| (e.client_auth, e.server_auth));
+        let (mut dns, mut ips) = (Vec::new(), Vec::new());
+        if let Ok(Some(san)) = cert.subject_alternative_name() {
+            collect_sans(&san.value.general_names, &mut dns, &mut ips);
+        }
         Self {
             serial: cert
                 .raw_serial()
@@ -265,6 +338,8 @@ impl CertInfo {
             not_after: to_system_time(cert.validity().not_after.timestamp()),
             spki_der: cert.public_key().raw.to_vec(),
             client_auth,
+            server_auth,
+            sans: Sans::new(dns, ips),
         }
     }
 }
@@ -284,6 +359,8 @@ impl fmt::Debug for CertInfo {
             .field("not_after", &self.not_after)
             .field("spki_sha256", &fingerprint)
             .field("client_auth", &self.client_auth)
+            .field("server_auth", &self.server_auth)
+            .field("sans", &self.sans)
             .finish()
     }
 }

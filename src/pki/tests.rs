@@ -1,4 +1,6 @@
 use super::*;
+#[allow(unused_imports)]
+use crate::pki::CertProfile;
 use std::io::Write as _;
 use std::process::Command;
 
@@ -30,18 +32,30 @@ fn csr_der(pem: &str) -> Vec<u8> {
 
 #[test]
 fn csr_name_is_pinned_for_a_fixed_key() {
-    assert_eq!(csr_name(&fixed_key(), "worker-1"), FIXED_NAME);
+    assert_eq!(
+        csr_name(&fixed_key(), &CertProfile::client("worker-1")),
+        FIXED_NAME
+    );
 }
 
 #[test]
 fn csr_name_is_deterministic_per_key_and_node() {
     let key = NodeKey::generate().unwrap();
     let again = NodeKey::from_pem(&key.to_pem()).unwrap();
-    assert_eq!(csr_name(&key, "n1"), csr_name(&again, "n1"));
-    assert_ne!(csr_name(&key, "n1"), csr_name(&key, "n2"));
+    assert_eq!(
+        csr_name(&key, &CertProfile::client("n1")),
+        csr_name(&again, &CertProfile::client("n1"))
+    );
+    assert_ne!(
+        csr_name(&key, &CertProfile::client("n1")),
+        csr_name(&key, &CertProfile::client("n2"))
+    );
     let other = NodeKey::generate().unwrap();
-    assert_ne!(csr_name(&key, "n1"), csr_name(&other, "n1"));
-    let name = csr_name(&key, "n1");
+    assert_ne!(
+        csr_name(&key, &CertProfile::client("n1")),
+        csr_name(&other, &CertProfile::client("n1"))
+    );
+    let name = csr_name(&key, &CertProfile::client("n1"));
     assert!(name.starts_with("node-csr-"));
     // 32-byte digest, unpadded base64url: 43 characters, a valid object name charset.
     assert_eq!(name.len(), "node-csr-".len() + 43);
@@ -59,7 +73,10 @@ p4NuNv/ptU6b73ad78+moDYpvMaO8T/WiA==
 fn sec1_keys_from_the_kubelet_parse_to_the_same_key() {
     let sec1 = NodeKey::from_pem(&PrivateKeyPem::new(FIXED_KEY_SEC1.into())).unwrap();
     assert_eq!(sec1.public_key_der(), fixed_key().public_key_der());
-    assert_eq!(csr_name(&sec1, "worker-1"), FIXED_NAME);
+    assert_eq!(
+        csr_name(&sec1, &CertProfile::client("worker-1")),
+        FIXED_NAME
+    );
     let broken = FIXED_KEY_SEC1.replace("MHcCAQEE", "MHcCAQIE");
     assert!(NodeKey::from_pem(&PrivateKeyPem::new(broken)).is_err());
 }
@@ -87,7 +104,7 @@ fn key_round_trips_and_non_p256_is_refused() {
 #[test]
 fn csr_has_node_subject_our_key_and_no_extensions() {
     let key = NodeKey::generate().unwrap();
-    let pem = csr_pem(&key, "worker-1").unwrap();
+    let pem = csr_pem(&key, &CertProfile::client("worker-1")).unwrap();
     let der = csr_der(&pem);
     let (_, csr) = X509CertificationRequest::from_der(&der).unwrap();
     csr.verify_signature().unwrap();
@@ -103,18 +120,42 @@ fn csr_has_node_subject_our_key_and_no_extensions() {
 #[test]
 fn csr_matches_only_our_key_and_node() {
     let key = NodeKey::generate().unwrap();
-    let pem = csr_pem(&key, "worker-1").unwrap();
-    assert!(csr_matches_key(pem.as_bytes(), &key, "worker-1"));
-    assert!(csr_matches_key(&csr_der(&pem), &key, "worker-1"));
-    assert!(!csr_matches_key(pem.as_bytes(), &key, "worker-2"));
+    let pem = csr_pem(&key, &CertProfile::client("worker-1")).unwrap();
+    assert!(csr_matches_key(
+        pem.as_bytes(),
+        &key,
+        &CertProfile::client("worker-1")
+    ));
+    assert!(csr_matches_key(
+        &csr_der(&pem),
+        &key,
+        &CertProfile::client("worker-1")
+    ));
+    assert!(!csr_matches_key(
+        pem.as_bytes(),
+        &key,
+        &CertProfile::client("worker-2")
+    ));
     let other = NodeKey::generate().unwrap();
-    assert!(!csr_matches_key(pem.as_bytes(), &other, "worker-1"));
-    assert!(!csr_matches_key(b"not a csr", &key, "worker-1"));
+    assert!(!csr_matches_key(
+        pem.as_bytes(),
+        &other,
+        &CertProfile::client("worker-1")
+    ));
+    assert!(!csr_matches_key(
+        b"not a csr",
+        &key,
+        &CertProfile::client("worker-1")
+    ));
     // A flipped bit in the signature breaks the self-signature.
     let mut der = csr_der(&pem);
     let last = der.len() - 1;
     der[last] ^= 1;
-    assert!(!csr_matches_key(&der, &key, "worker-1"));
+    assert!(!csr_matches_key(
+        &der,
+        &key,
+        &CertProfile::client("worker-1")
+    ));
 }
 
 /// STYLE rule 19: an independent implementation accepts our request.
@@ -122,8 +163,12 @@ fn csr_matches_only_our_key_and_node() {
 fn openssl_verifies_our_csr() {
     let key = fixed_key();
     let mut file = tempfile::NamedTempFile::new().unwrap();
-    file.write_all(csr_pem(&key, "worker-1").unwrap().as_bytes())
-        .unwrap();
+    file.write_all(
+        csr_pem(&key, &CertProfile::client("worker-1"))
+            .unwrap()
+            .as_bytes(),
+    )
+    .unwrap();
     let out = Command::new("openssl")
         .args(["req", "-verify", "-noout", "-subject", "-in"])
         .arg(file.path())
@@ -189,6 +234,8 @@ fn cert_info_debug_fingerprints_the_public_key_instead_of_dumping_it() {
         not_after: UNIX_EPOCH + Duration::from_secs(60),
         spki_der: spki.clone(),
         client_auth: true,
+        server_auth: false,
+        sans: Default::default(),
     };
     let debug = format!("{info:?}");
     let bytes = format!("{spki:?}");

@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use x509_parser::prelude::{FromDer as _, X509Certificate};
 
-use super::{node_subject, parse_cert_chain, CertInfo, NodeKey, PkiError};
+use super::{parse_cert_chain, CertInfo, CertProfile, NodeKey, PkiError, Purpose};
 
 /// How far in the future notBefore may be and still count as valid: signers backdate
 /// and node clocks skew.
@@ -32,6 +32,10 @@ pub enum VerifyError {
     UntrustedIssuer { issuer: String },
     #[error("certificate {serial} lacks the clientAuth extended key usage")]
     MissingClientAuth { serial: String },
+    #[error("certificate {serial} lacks the serverAuth extended key usage")]
+    MissingServerAuth { serial: String },
+    #[error("certificate names {got}, not the SANs requested ({requested})")]
+    WrongSans { requested: String, got: String },
     #[error("certificate {serial} has a key usage extension without digitalSignature")]
     MissingDigitalSignature { serial: String },
     #[error("certificate {serial} is a CA certificate (basic constraints CA:true); a node's client certificate must not be one")]
@@ -48,12 +52,13 @@ pub enum VerifyError {
     Expired { not_after: SystemTime },
 }
 
-/// Checks the leaf of `chain_pem` (then any intermediates) against our key, the node
-/// identity, the CA bundle `ca_pem` and `now`; returns the leaf's `CertInfo`.
+/// Checks the leaf of `chain_pem` (then any intermediates) against our key, the profile
+/// (node identity, extended key usage, and for a serving certificate every requested SAN),
+/// the CA bundle `ca_pem` and `now`; returns the leaf's `CertInfo`.
 pub fn verify_issued(
     chain_pem: &str,
     key: &NodeKey,
-    node: &str,
+    profile: &CertProfile,
     ca_pem: &[u8],
     now: SystemTime,
 ) -> Result<CertInfo, VerifyError> {
@@ -68,7 +73,7 @@ pub fn verify_issued(
             serial: leaf.serial.clone(),
         });
     }
-    let (cn, o) = node_subject(node);
+    let (cn, o) = profile.subject();
     if leaf.subject_cn != cn || leaf.subject_o != [o.clone()] {
         return Err(VerifyError::WrongSubject {
             expected: format!("CN={cn}, O={o}"),
@@ -81,9 +86,23 @@ pub fn verify_issued(
             issuer: leaf.issuer.clone(),
         });
     }
-    if !leaf.client_auth {
-        return Err(VerifyError::MissingClientAuth {
-            serial: leaf.serial.clone(),
+    match profile.purpose {
+        Purpose::Client if !leaf.client_auth => {
+            return Err(VerifyError::MissingClientAuth {
+                serial: leaf.serial.clone(),
+            })
+        }
+        Purpose::Serving if !leaf.server_auth => {
+            return Err(VerifyError::MissingServerAuth {
+                serial: leaf.serial.clone(),
+            })
+        }
+        _ => {}
+    }
+    if profile.purpose == Purpose::Serving && leaf.sans != profile.sans {
+        return Err(VerifyError::WrongSans {
+            requested: format!("{:?}", profile.sans),
+            got: format!("{:?}", leaf.sans),
         });
     }
     check_leaf_constraints(&parse(ders[0])?, &leaf.serial)?;

@@ -38,6 +38,8 @@ pub struct LeaseState {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Snapshot {
     pub bootstrap: State,
+    /// The serving certificate's issuance, when bootlet obtains one (never gates READY).
+    pub serving: Option<State>,
     pub cert: Option<CertSummary>,
     pub lease: LeaseState,
 }
@@ -71,6 +73,10 @@ impl Snapshot {
         if !matches!(self.bootstrap, State::Installed) {
             line.push_str("; ");
             line.push_str(&self.bootstrap.status_line(now));
+        }
+        if let Some(serving) = self.serving.as_ref().filter(|s| **s != State::Installed) {
+            line.push_str("; serving cert: ");
+            line.push_str(&serving.status_line(now));
         }
         if !self.lease.enabled {
             return line;
@@ -115,6 +121,7 @@ impl Health {
     pub fn new(lease_enabled: bool) -> Self {
         let (tx, _) = watch::channel(Snapshot {
             bootstrap: State::Starting,
+            serving: None,
             cert: None,
             lease: LeaseState {
                 enabled: lease_enabled,

@@ -2,6 +2,8 @@ use super::*;
 use crate::pki::files::CertDir;
 use crate::pki::tests::FIXED_KEY;
 use crate::pki::verify::tests::{at, TestCa};
+#[allow(unused_imports)]
+use crate::pki::CertProfile;
 use crate::pki::{csr_pem, NodeKey, PrivateKeyPem};
 use std::fs;
 use std::os::unix::fs::PermissionsExt as _;
@@ -122,7 +124,7 @@ fn render_then_read_round_trips_to_a_client_cert_credential() {
     let f = Fixture::new();
     let key = NodeKey::from_pem(&PrivateKeyPem::new(FIXED_KEY.into())).unwrap();
     let ca = TestCa::new("kubernetes");
-    let chain = ca.sign(&csr_pem(&key, "n1").unwrap(), |_| {});
+    let chain = ca.sign(&csr_pem(&key, &CertProfile::client("n1")).unwrap(), |_| {});
     let cd = CertDir::open(&f.path("pki")).unwrap();
     cd.install(&chain, &key.to_pem(), at("2030-01-01T00:00:00Z"))
         .unwrap();

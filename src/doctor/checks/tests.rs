@@ -116,10 +116,10 @@ fn joined() -> Observations {
     };
     o.cert = CertObs::Checked {
         path: "/var/lib/kubelet/pki/kubelet-client-current.pem".into(),
-        info: Some(cert_info(
+        info: Some(Box::new(cert_info(
             now() - Duration::from_secs(3600),
             now() + Duration::from_secs(3600),
-        )),
+        ))),
         verdict: Ok(()),
     };
     o.net.review = Some(Ok(user("system:node:n1", &["system:nodes"])));
@@ -138,6 +138,8 @@ fn cert_info(nb: SystemTime, na: SystemTime) -> CertInfo {
         not_after: na,
         spki_der: vec![],
         client_auth: true,
+        server_auth: false,
+        sans: Default::default(),
     }
 }
 
@@ -423,7 +425,7 @@ fn rotation_off_warns_from_90_percent_of_the_lifetime() {
         let nb = now() - Duration::from_secs(elapsed * 100);
         obs.cert = CertObs::Checked {
             path: "/p".into(),
-            info: Some(cert_info(nb, nb + Duration::from_secs(10_000))),
+            info: Some(Box::new(cert_info(nb, nb + Duration::from_secs(10_000)))),
             verdict: Ok(()),
         };
         obs.settings = Some(Ok(settings(false)));

@@ -9,7 +9,7 @@ use crate::api::{self, ApiClient};
 use crate::config::Settings;
 use crate::identity::csr::CSR_PATH;
 use crate::pki::files::CertDir;
-use crate::pki::{self, NodeKey, PrivateKeyPem};
+use crate::pki::{self, CertProfile, NodeKey, PrivateKeyPem};
 
 /// The CSR named by the pending key (the daemon's own name for it), else the newest
 /// kubelet-client CSR whose request is for `system:node:NODE`.
@@ -29,11 +29,12 @@ pub(super) async fn find(
         };
     }
     let list: List<CertificateSigningRequest> = client.get(CSR_PATH).await?;
-    let cn = format!("{}{node}", pki::NODE_CN_PREFIX);
+    let profile = CertProfile::client(node);
+    let (cn, _) = profile.subject();
     let newest = list
         .items
         .into_iter()
-        .filter(|c| c.spec.signer_name == pki::SIGNER_NAME && request_cn(&c.spec.request.0) == cn)
+        .filter(|c| c.spec.signer_name == profile.signer() && request_cn(&c.spec.request.0) == cn)
         .max_by_key(|c| c.metadata.creation_timestamp.as_ref().map(|t| t.0));
     Ok(newest.map_or(CsrObs::None, |c| CsrObs::Found(Box::new(c))))
 }
@@ -61,5 +62,5 @@ fn request_cn(pem_or_der: &[u8]) -> String {
 pub(super) fn pending_name(s: &Settings) -> Option<String> {
     let pem = std::fs::read_to_string(CertDir::peek(&s.cert_dir).pending_key_path()).ok()?;
     let key = NodeKey::from_pem(&PrivateKeyPem::new(pem)).ok()?;
-    Some(pki::csr_name(&key, &s.node_name))
+    Some(pki::csr_name(&key, &CertProfile::client(&s.node_name)))
 }

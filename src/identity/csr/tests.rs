@@ -3,6 +3,8 @@ use k8s_openapi::api::certificates::v1::{
 };
 
 use super::*;
+#[allow(unused_imports)]
+use crate::pki::CertProfile;
 
 fn condition(type_: &str, reason: &str) -> CertificateSigningRequestCondition {
     CertificateSigningRequestCondition {
@@ -19,7 +21,7 @@ fn with_status(
     cert: &[u8],
 ) -> CertificateSigningRequest {
     let key = NodeKey::generate().unwrap();
-    let mut csr = build(&key, "node-a").unwrap();
+    let mut csr = build(&key, &CertProfile::client("node-a")).unwrap();
     csr.status = Some(CertificateSigningRequestStatus {
         conditions: Some(conditions),
         certificate: (!cert.is_empty()).then(|| ByteString(cert.to_vec())),
@@ -30,10 +32,10 @@ fn with_status(
 #[test]
 fn build_follows_the_contract() {
     let key = NodeKey::generate().unwrap();
-    let csr = build(&key, "node-a").unwrap();
+    let csr = build(&key, &CertProfile::client("node-a")).unwrap();
     assert_eq!(
         csr.metadata.name.as_deref(),
-        Some(pki::csr_name(&key, "node-a").as_str())
+        Some(pki::csr_name(&key, &CertProfile::client("node-a")).as_str())
     );
     assert!(csr
         .metadata
@@ -49,10 +51,17 @@ fn build_follows_the_contract() {
         csr.spec.usages.as_deref(),
         Some(&["digital signature".to_string(), "client auth".to_string()][..])
     );
-    assert!(pki::csr_matches_key(&csr.spec.request.0, &key, "node-a"));
+    assert!(pki::csr_matches_key(
+        &csr.spec.request.0,
+        &key,
+        &CertProfile::client("node-a")
+    ));
     // The same key gives the same name: a restart finds its own CSR.
     assert_eq!(
-        build(&key, "node-a").unwrap().metadata.name,
+        build(&key, &CertProfile::client("node-a"))
+            .unwrap()
+            .metadata
+            .name,
         csr.metadata.name
     );
 }

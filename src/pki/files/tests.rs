@@ -184,11 +184,14 @@ fn prune_removes_oldest_beyond_keep_but_never_current() {
 #[test]
 fn timestamp_order_parses_only_timestamped_names() {
     assert_eq!(
-        timestamp_order("kubelet-client-2030-01-01-00-00-00.pem"),
+        timestamp_order("kubelet-client", "kubelet-client-2030-01-01-00-00-00.pem"),
         Some(("2030-01-01-00-00-00".into(), 0))
     );
     assert_eq!(
-        timestamp_order("kubelet-client-2030-01-01-00-00-00-12.pem"),
+        timestamp_order(
+            "kubelet-client",
+            "kubelet-client-2030-01-01-00-00-00-12.pem"
+        ),
         Some(("2030-01-01-00-00-00".into(), 12))
     );
     for bad in [
@@ -198,7 +201,7 @@ fn timestamp_order_parses_only_timestamped_names() {
         "kubelet-client-2030-01-01-00-00-0x.pem",
         "kubelet-client-2030-01-01-00-00-00x1.pem",
     ] {
-        assert_eq!(timestamp_order(bad), None, "{bad}");
+        assert_eq!(timestamp_order("kubelet-client", bad), None, "{bad}");
     }
 }
 

@@ -1,5 +1,7 @@
 use super::*;
 use crate::pki::csr_pem;
+#[allow(unused_imports)]
+use crate::pki::CertProfile;
 use rcgen::{
     date_time_ymd, BasicConstraints, CertificateParams, CertificateSigningRequestParams,
     DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
@@ -95,7 +97,7 @@ struct Setup {
 
 fn setup() -> Setup {
     let key = NodeKey::generate().unwrap();
-    let csr = csr_pem(&key, NODE).unwrap();
+    let csr = csr_pem(&key, &CertProfile::client(NODE)).unwrap();
     Setup {
         ca: TestCa::new("kubernetes"),
         key,
@@ -114,7 +116,14 @@ fn subject(params: &mut CertificateParams, cn: &str, o: &str) {
 fn accepts_a_cert_for_our_key_and_node() {
     let s = setup();
     let cert = s.ca.sign(&s.csr, |_| {});
-    let info = verify_issued(&cert, &s.key, NODE, s.ca.pem.as_bytes(), mid()).unwrap();
+    let info = verify_issued(
+        &cert,
+        &s.key,
+        &CertProfile::client(NODE),
+        s.ca.pem.as_bytes(),
+        mid(),
+    )
+    .unwrap();
     assert_eq!(info.subject_cn, "system:node:worker-1");
     assert_eq!(info.subject_o, ["system:nodes"]);
     assert_eq!(info.issuer, "CN=kubernetes");
@@ -125,7 +134,14 @@ fn accepts_a_cert_for_our_key_and_node() {
     assert!(still_valid(&info, mid()));
     // A bundle with another CA first still trusts ours.
     let bundle = format!("{}{}", TestCa::new("other").pem, s.ca.pem);
-    verify_issued(&cert, &s.key, NODE, bundle.as_bytes(), mid()).unwrap();
+    verify_issued(
+        &cert,
+        &s.key,
+        &CertProfile::client(NODE),
+        bundle.as_bytes(),
+        mid(),
+    )
+    .unwrap();
 }
 
 #[test]
@@ -133,7 +149,14 @@ fn refuses_a_cert_for_another_key() {
     let s = setup();
     let cert = s.ca.sign(&s.csr, |_| {});
     let other = NodeKey::generate().unwrap();
-    let err = verify_issued(&cert, &other, NODE, s.ca.pem.as_bytes(), mid()).unwrap_err();
+    let err = verify_issued(
+        &cert,
+        &other,
+        &CertProfile::client(NODE),
+        s.ca.pem.as_bytes(),
+        mid(),
+    )
+    .unwrap_err();
     assert!(matches!(err, VerifyError::WrongKey { .. }), "{err}");
 }
 
@@ -141,7 +164,14 @@ fn refuses_a_cert_for_another_key() {
 fn refuses_another_node_or_another_group() {
     let s = setup();
     let cert = s.ca.sign(&s.csr, |_| {});
-    let err = verify_issued(&cert, &s.key, "worker-2", s.ca.pem.as_bytes(), mid()).unwrap_err();
+    let err = verify_issued(
+        &cert,
+        &s.key,
+        &CertProfile::client("worker-2"),
+        s.ca.pem.as_bytes(),
+        mid(),
+    )
+    .unwrap_err();
     assert_eq!(
         err.to_string(),
         "certificate subject is CN=system:node:worker-1, O=system:nodes, \
@@ -150,7 +180,14 @@ fn refuses_another_node_or_another_group() {
     let cert = s.ca.sign(&s.csr, |p| {
         subject(p, "system:node:worker-1", "system:masters")
     });
-    let err = verify_issued(&cert, &s.key, NODE, s.ca.pem.as_bytes(), mid()).unwrap_err();
+    let err = verify_issued(
+        &cert,
+        &s.key,
+        &CertProfile::client(NODE),
+        s.ca.pem.as_bytes(),
+        mid(),
+    )
+    .unwrap_err();
     assert!(
         matches!(&err, VerifyError::WrongSubject { got, .. } if got.contains("system:masters")),
         "{err}"
@@ -162,14 +199,28 @@ fn refuses_a_cert_from_another_ca() {
     let s = setup();
     let rogue = TestCa::new("kubernetes");
     let cert = rogue.sign(&s.csr, |_| {});
-    let err = verify_issued(&cert, &s.key, NODE, s.ca.pem.as_bytes(), mid()).unwrap_err();
+    let err = verify_issued(
+        &cert,
+        &s.key,
+        &CertProfile::client(NODE),
+        s.ca.pem.as_bytes(),
+        mid(),
+    )
+    .unwrap_err();
     assert!(
         matches!(&err, VerifyError::UntrustedIssuer { issuer } if issuer == "CN=kubernetes"),
         "{err}"
     );
     // Appending the rogue CA to the returned chain does not make it trusted.
     let chain = format!("{cert}{}", rogue.pem);
-    let err = verify_issued(&chain, &s.key, NODE, s.ca.pem.as_bytes(), mid()).unwrap_err();
+    let err = verify_issued(
+        &chain,
+        &s.key,
+        &CertProfile::client(NODE),
+        s.ca.pem.as_bytes(),
+        mid(),
+    )
+    .unwrap_err();
     assert!(matches!(err, VerifyError::UntrustedIssuer { .. }), "{err}");
 }
 
@@ -178,10 +229,24 @@ fn follows_intermediates_in_the_returned_chain() {
     let s = setup();
     let inter = TestCa::signed("kubelet-signer", Some(&s.ca));
     let cert = inter.sign(&s.csr, |_| {});
-    let err = verify_issued(&cert, &s.key, NODE, s.ca.pem.as_bytes(), mid()).unwrap_err();
+    let err = verify_issued(
+        &cert,
+        &s.key,
+        &CertProfile::client(NODE),
+        s.ca.pem.as_bytes(),
+        mid(),
+    )
+    .unwrap_err();
     assert!(matches!(err, VerifyError::UntrustedIssuer { .. }), "{err}");
     let chain = format!("{cert}{}", inter.pem);
-    let info = verify_issued(&chain, &s.key, NODE, s.ca.pem.as_bytes(), mid()).unwrap();
+    let info = verify_issued(
+        &chain,
+        &s.key,
+        &CertProfile::client(NODE),
+        s.ca.pem.as_bytes(),
+        mid(),
+    )
+    .unwrap();
     assert_eq!(info.issuer, "CN=kubelet-signer");
 }
 
@@ -191,13 +256,27 @@ fn refuses_a_cert_without_client_auth() {
     let cert = s.ca.sign(&s.csr, |p| {
         p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth]
     });
-    let err = verify_issued(&cert, &s.key, NODE, s.ca.pem.as_bytes(), mid()).unwrap_err();
+    let err = verify_issued(
+        &cert,
+        &s.key,
+        &CertProfile::client(NODE),
+        s.ca.pem.as_bytes(),
+        mid(),
+    )
+    .unwrap_err();
     assert!(
         matches!(err, VerifyError::MissingClientAuth { .. }),
         "{err}"
     );
     let cert = s.ca.sign(&s.csr, |p| p.extended_key_usages.clear());
-    let err = verify_issued(&cert, &s.key, NODE, s.ca.pem.as_bytes(), mid()).unwrap_err();
+    let err = verify_issued(
+        &cert,
+        &s.key,
+        &CertProfile::client(NODE),
+        s.ca.pem.as_bytes(),
+        mid(),
+    )
+    .unwrap_err();
     assert!(
         matches!(err, VerifyError::MissingClientAuth { .. }),
         "{err}"
@@ -209,7 +288,7 @@ fn validity_window_has_five_minutes_of_not_before_tolerance() {
     let s = setup();
     let cert = s.ca.sign(&s.csr, |_| {});
     let ca = s.ca.pem.as_bytes();
-    let ok = |now| verify_issued(&cert, &s.key, NODE, ca, now);
+    let ok = |now| verify_issued(&cert, &s.key, &CertProfile::client(NODE), ca, now);
     ok(at("2029-12-31T23:55:00Z")).unwrap();
     let err = ok(at("2029-12-31T23:54:59Z")).unwrap_err();
     assert_eq!(
@@ -228,10 +307,17 @@ fn validity_window_has_five_minutes_of_not_before_tolerance() {
 #[test]
 fn refuses_garbage() {
     let s = setup();
-    let err = verify_issued("nope", &s.key, NODE, s.ca.pem.as_bytes(), mid()).unwrap_err();
+    let err = verify_issued(
+        "nope",
+        &s.key,
+        &CertProfile::client(NODE),
+        s.ca.pem.as_bytes(),
+        mid(),
+    )
+    .unwrap_err();
     assert!(matches!(err, VerifyError::Malformed(_)), "{err}");
     let cert = s.ca.sign(&s.csr, |_| {});
-    let err = verify_issued(&cert, &s.key, NODE, b"", mid()).unwrap_err();
+    let err = verify_issued(&cert, &s.key, &CertProfile::client(NODE), b"", mid()).unwrap_err();
     assert!(matches!(err, VerifyError::MalformedCa(_)), "{err}");
 }
 
@@ -275,7 +361,14 @@ fn openssl_verify(ca: &str, untrusted: &str, cert: &str, now: SystemTime) -> (bo
 fn openssl_verifies_an_accepted_cert() {
     let s = setup();
     let cert = s.ca.sign(&s.csr, |_| {});
-    verify_issued(&cert, &s.key, NODE, s.ca.pem.as_bytes(), mid()).unwrap();
+    verify_issued(
+        &cert,
+        &s.key,
+        &CertProfile::client(NODE),
+        s.ca.pem.as_bytes(),
+        mid(),
+    )
+    .unwrap();
     let (ok, text) = openssl_verify(&s.ca.pem, "", &cert, mid());
     assert!(ok, "{text}");
 }
@@ -287,12 +380,12 @@ fn refuses_a_leaf_that_is_a_ca() {
     let cert = s.ca.sign(&s.csr, |p| {
         p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained)
     });
-    let err = verify_issued(&cert, &s.key, NODE, ca, mid()).unwrap_err();
+    let err = verify_issued(&cert, &s.key, &CertProfile::client(NODE), ca, mid()).unwrap_err();
     assert!(matches!(err, VerifyError::LeafIsCa { .. }), "{err}");
     assert!(err.to_string().contains("CA:true"), "{err}");
     // CA:false spelled out is fine.
     let cert = s.ca.sign(&s.csr, |p| p.is_ca = IsCa::ExplicitNoCa);
-    verify_issued(&cert, &s.key, NODE, ca, mid()).unwrap();
+    verify_issued(&cert, &s.key, &CertProfile::client(NODE), ca, mid()).unwrap();
 }
 
 #[test]
@@ -302,21 +395,21 @@ fn refuses_a_key_usage_without_digital_signature() {
     let cert = s.ca.sign(&s.csr, |p| {
         p.key_usages = vec![KeyUsagePurpose::KeyEncipherment]
     });
-    let err = verify_issued(&cert, &s.key, NODE, ca, mid()).unwrap_err();
+    let err = verify_issued(&cert, &s.key, &CertProfile::client(NODE), ca, mid()).unwrap_err();
     assert!(
         matches!(err, VerifyError::MissingDigitalSignature { .. }),
         "{err}"
     );
     // No key usage extension at all restricts nothing (RFC 5280 4.2.1.3).
     let cert = s.ca.sign(&s.csr, |p| p.key_usages.clear());
-    verify_issued(&cert, &s.key, NODE, ca, mid()).unwrap();
+    verify_issued(&cert, &s.key, &CertProfile::client(NODE), ca, mid()).unwrap();
     let cert = s.ca.sign(&s.csr, |p| {
         p.key_usages = vec![
             KeyUsagePurpose::DigitalSignature,
             KeyUsagePurpose::KeyEncipherment,
         ]
     });
-    verify_issued(&cert, &s.key, NODE, ca, mid()).unwrap();
+    verify_issued(&cert, &s.key, &CertProfile::client(NODE), ca, mid()).unwrap();
 }
 
 #[test]
@@ -329,7 +422,7 @@ fn intermediates_on_the_path_must_be_valid_now() {
         p.not_after = date_time_ymd(2030, 1, 15)
     });
     let chain = format!("{cert}{}", expired.pem);
-    let err = verify_issued(&chain, &s.key, NODE, ca, mid()).unwrap_err();
+    let err = verify_issued(&chain, &s.key, &CertProfile::client(NODE), ca, mid()).unwrap_err();
     assert_eq!(
         crate::runtime::report(&err),
         "intermediate CA CN=kubelet-signer in the issued chain is not valid now: \
@@ -343,7 +436,7 @@ fn intermediates_on_the_path_must_be_valid_now() {
         p.not_before = date_time_ymd(2030, 3, 1)
     });
     let chain = format!("{cert}{}", early.pem);
-    let err = verify_issued(&chain, &s.key, NODE, ca, mid()).unwrap_err();
+    let err = verify_issued(&chain, &s.key, &CertProfile::client(NODE), ca, mid()).unwrap_err();
     assert!(
         matches!(&err, VerifyError::Intermediate { source, .. }
             if matches!(**source, VerifyError::NotYetValid { .. })),
@@ -352,7 +445,7 @@ fn intermediates_on_the_path_must_be_valid_now() {
 
     // A renewed intermediate beside its expired predecessor: the valid one is used.
     let chain = format!("{cert}{}{}", expired.pem, inter.pem);
-    verify_issued(&chain, &s.key, NODE, ca, mid()).unwrap();
+    verify_issued(&chain, &s.key, &CertProfile::client(NODE), ca, mid()).unwrap();
 }
 
 #[test]
@@ -362,6 +455,13 @@ fn an_intermediate_that_is_not_a_ca_is_not_followed() {
     let cert = inter.sign(&s.csr, |_| {});
     let not_ca = inter.reissued("kubelet-signer", &s.ca, |p| p.is_ca = IsCa::ExplicitNoCa);
     let chain = format!("{cert}{}", not_ca.pem);
-    let err = verify_issued(&chain, &s.key, NODE, s.ca.pem.as_bytes(), mid()).unwrap_err();
+    let err = verify_issued(
+        &chain,
+        &s.key,
+        &CertProfile::client(NODE),
+        s.ca.pem.as_bytes(),
+        mid(),
+    )
+    .unwrap_err();
     assert!(matches!(err, VerifyError::UntrustedIssuer { .. }), "{err}");
 }

@@ -1,0 +1,266 @@
+//! The one issuing pipeline every node certificate goes through: pending key → CSR named
+//! from key + request → file or adopt → wait for approval (watch, bounded) → verify →
+//! atomic install → publish. A `CertProfile` says what differs (signer, usages, SANs,
+//! extended key usage, file prefix); bootstrap, client rotation and the serving
+//! certificate are its users, with the credential they file the CSR with.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use crate::api::kubeconfig::{self, KubeconfigError};
+use crate::api::ApiClient;
+use crate::checkid::CheckId;
+use crate::identity::csr::{self, CsrError, Pending, Verdict, WaitOptions};
+use crate::pki::files::{CertDir, FilesError};
+use crate::pki::verify::{self, VerifyError};
+use crate::pki::{CertInfo, CertProfile, NodeKey, PkiError, PrivateKeyPem, Purpose};
+use crate::runtime::backoff::Backoff;
+use crate::runtime::health::{self, Health, State};
+use crate::runtime::report;
+
+/// Why one pass through the pipeline produced no certificate.
+#[derive(Debug, thiserror::Error)]
+pub enum IssueError {
+    #[error(transparent)]
+    Files(#[from] FilesError),
+    #[error(transparent)]
+    Kubeconfig(#[from] KubeconfigError),
+    #[error(transparent)]
+    Csr(#[from] CsrError),
+    #[error("the private key")]
+    Key(#[from] PkiError),
+    #[error("CSR {csr} was denied ({reason}: {message}); check the approver policy, e.g. `kubectl get clusterrolebinding kubeadm:node-autoapprove-bootstrap -o yaml`")]
+    Denied {
+        csr: String,
+        reason: String,
+        message: String,
+    },
+    #[error("CSR {csr} failed ({reason}: {message}); the signer refused it")]
+    Failed {
+        csr: String,
+        reason: String,
+        message: String,
+    },
+    #[error("refused the certificate issued for CSR {csr}; nothing was written")]
+    Refused {
+        csr: String,
+        #[source]
+        source: VerifyError,
+    },
+}
+
+/// Where a verified, installed certificate is published besides its files.
+pub enum Publish<'a> {
+    /// The client certificate: the kubelet kubeconfig at `path` names it, with this cluster.
+    Kubeconfig {
+        path: &'a Path,
+        server: &'a kubeconfig::Server,
+        ca_pem: &'a [u8],
+    },
+    /// Its files alone (the serving certificate: the kubelet re-reads the file).
+    Files,
+}
+
+/// A certificate the pipeline verified and installed.
+pub struct Issued {
+    pub chain_pem: String,
+    pub key_pem: PrivateKeyPem,
+    pub info: CertInfo,
+    /// The timestamped file now named by the `-current.pem` symlink.
+    pub file: PathBuf,
+}
+
+/// One request through the pipeline: what to ask for and how long to wait.
+pub struct Request<'a> {
+    pub profile: &'a CertProfile,
+    /// The credential that files the CSR (the bootstrap token, or the current certificate).
+    pub client: &'a ApiClient,
+    /// The cluster CA the issued certificate must chain to.
+    pub ca_pem: &'a [u8],
+    /// `--csr-timeout`, or less (a rotation never waits past the current certificate).
+    pub wait_limit: Duration,
+    /// After this long approved without a certificate, say so.
+    pub not_issued_warning: Duration,
+    pub publish: Publish<'a>,
+}
+
+// === impl IssueError ===
+
+impl IssueError {
+    /// The signer's side said no to this CSR (Denied, Failed, a certificate we refused, a
+    /// name held by another request): retrying at once changes nothing, so the contract's
+    /// back-off applies (at least 1 min, doubling, capped at 1 h, jittered).
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            IssueError::Denied { .. }
+                | IssueError::Failed { .. }
+                | IssueError::Refused { .. }
+                | IssueError::Csr(CsrError::NameTaken { .. })
+        )
+    }
+
+    /// Waiting for approval ran out of time; the pending key (and its CSR) stay for the
+    /// next attempt to adopt.
+    pub fn is_approval_timeout(&self) -> bool {
+        matches!(self, IssueError::Csr(CsrError::Timeout { .. }))
+    }
+
+    /// The doctor check (the contract's ids) this failure belongs to.
+    pub fn check(&self) -> CheckId {
+        match self {
+            IssueError::Kubeconfig(_) | IssueError::Files(_) | IssueError::Key(_) => {
+                CheckId::Config
+            }
+            IssueError::Csr(CsrError::Build(_)) => CheckId::Config,
+            IssueError::Csr(CsrError::Api { source, .. }) => api_check(source),
+            IssueError::Csr(_) | IssueError::Denied { .. } | IssueError::Failed { .. } => {
+                CheckId::Csr
+            }
+            IssueError::Refused { source, .. } => match source {
+                VerifyError::NotYetValid { .. } => CheckId::ClockSkew,
+                VerifyError::UntrustedIssuer { .. } => CheckId::CaTrust,
+                _ => CheckId::ClientCertificate,
+            },
+        }
+    }
+}
+
+/// Which link an API failure breaks: 401 the credential, 403 RBAC, a TLS handshake that
+/// rejected the server's certificate the CA, anything else the server's reachability.
+pub fn api_check(e: &crate::api::Error) -> CheckId {
+    if e.is_unauthorized() {
+        CheckId::Authentication
+    } else if e.is_forbidden() {
+        CheckId::Authorization
+    } else if e.is_transport() && report(e).contains("invalid peer certificate") {
+        CheckId::CaTrust
+    } else {
+        CheckId::ServerReachable
+    }
+}
+
+/// Runs requests through the pipeline, reporting each step to the health snapshot.
+#[derive(Clone)]
+pub struct Issuer {
+    pub health: Health,
+}
+
+// === impl Issuer ===
+
+impl Issuer {
+    /// Pending key → CSR → approval → verification → files → publish, for `req.profile`.
+    /// The pending key survives a timeout (the next attempt adopts the same CSR) and is
+    /// dropped after a refusal (the next attempt files a new CSR with a fresh key).
+    pub async fn issue(&self, dir: &CertDir, req: Request<'_>) -> Result<Issued, IssueError> {
+        let profile = req.profile;
+        let dir = dir.for_profile(profile);
+        let key = pending_key(&dir)?;
+        let mut retry = Backoff::new(Duration::from_millis(500), Duration::from_secs(30), 0.2)
+            .expect("constant backoff bounds are valid");
+        let name = crate::pki::csr_name(&key, profile);
+        self.report(profile, State::Filing { csr: name.clone() });
+        tracing::info!(csr = %name, identity = %req.client.identity(), "requesting a {}", profile.describe());
+        if let Err(e) = csr::file(req.client, &key, profile, &mut retry).await {
+            if matches!(e, CsrError::NameTaken { .. }) {
+                // The same key would name the same foreign CSR again: start over with a new one.
+                dir.remove_pending_key()?;
+            }
+            return Err(e.into());
+        }
+        tracing::info!(csr = %name, timeout = %health::human(req.wait_limit), "waiting for approval (approve with: kubectl certificate approve {name})");
+        let since = SystemTime::now();
+        let (issuer, csr_name) = (self.clone(), name.clone());
+        let mut on_pending = move |p: Pending| {
+            let csr = csr_name.clone();
+            issuer.report(
+                profile,
+                match p {
+                    Pending::AwaitingApproval => State::WaitingApproval { csr, since },
+                    Pending::ApprovedNotIssued => State::ApprovedNotIssued { csr, since },
+                },
+            )
+        };
+        let opts = WaitOptions {
+            timeout: req.wait_limit,
+            not_issued_warning: req.not_issued_warning,
+        };
+        let verdict = csr::wait(req.client, &name, &opts, &mut retry, &mut on_pending).await;
+        let chain_pem = match verdict {
+            Ok(Verdict::Issued { chain_pem }) => chain_pem,
+            Ok(Verdict::Denied { reason, message }) => {
+                dir.remove_pending_key()?;
+                return Err(IssueError::Denied {
+                    csr: name,
+                    reason,
+                    message,
+                });
+            }
+            Ok(Verdict::Failed { reason, message }) => {
+                dir.remove_pending_key()?;
+                return Err(IssueError::Failed {
+                    csr: name,
+                    reason,
+                    message,
+                });
+            }
+            // A timeout keeps the pending key: the next attempt adopts the same CSR (an
+            // approval may still come) instead of filing another.
+            Err(e) => return Err(e.into()),
+        };
+        let info =
+            match verify::verify_issued(&chain_pem, &key, profile, req.ca_pem, SystemTime::now()) {
+                Ok(info) => info,
+                Err(source) => {
+                    // The same key would adopt the same bad CSR again: start over.
+                    dir.remove_pending_key()?;
+                    return Err(IssueError::Refused { csr: name, source });
+                }
+            };
+        let key_pem = key.to_pem();
+        let file = dir.install(&chain_pem, &key_pem, SystemTime::now())?;
+        if let Publish::Kubeconfig {
+            path,
+            server,
+            ca_pem,
+        } = req.publish
+        {
+            kubeconfig::write_kubelet(path, server, ca_pem, &dir.current_path())?;
+        }
+        dir.remove_pending_key()?;
+        tracing::info!(
+            serial = %info.serial,
+            not_after = %health::rfc3339(info.not_after),
+            file = %file.display(),
+            "{} installed",
+            profile.describe()
+        );
+        Ok(Issued {
+            chain_pem,
+            key_pem,
+            info,
+            file,
+        })
+    }
+
+    /// Where `profile`'s issuance stands, into the health snapshot (STATUS=).
+    fn report(&self, profile: &CertProfile, state: State) {
+        match profile.purpose {
+            Purpose::Client => self.health.set_bootstrap(state),
+            Purpose::Serving => self.health.update(|s| s.serving = Some(state)),
+        }
+    }
+}
+
+/// The key of the CSR in flight: the persisted pending key, or a new one saved first.
+fn pending_key(dir: &CertDir) -> Result<NodeKey, IssueError> {
+    if let Some(pem) = dir.load_pending_key()? {
+        match NodeKey::from_pem(&pem) {
+            Ok(key) => return Ok(key),
+            Err(e) => tracing::warn!(error = %report(&e), "discarding an unreadable pending key"),
+        }
+    }
+    let key = NodeKey::generate()?;
+    dir.store_pending_key(&key.to_pem())?;
+    Ok(key)
+}
