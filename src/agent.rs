@@ -281,6 +281,12 @@ fn needs_restart(old: &Settings, new: &Settings) -> Vec<&'static str> {
         "metricsBindAddress",
     );
     check(
+        old.rotate_server_certificates != new.rotate_server_certificates,
+        "serverTLSBootstrap",
+    );
+    check(old.node_ips != new.node_ips, "nodeIP");
+    check(old.tls_sans != new.tls_sans, "tlsSAN");
+    check(
         old.keep_certificates != new.keep_certificates,
         "keepCertificates",
     );
@@ -311,6 +317,9 @@ fn restore_restart_only(live: &mut Settings, running: &Settings) {
     live.rotation_jitter = running.rotation_jitter;
     live.csr_timeout = running.csr_timeout;
     live.metrics_bind_address = running.metrics_bind_address;
+    live.rotate_server_certificates = running.rotate_server_certificates;
+    live.node_ips = running.node_ips.clone();
+    live.tls_sans = running.tls_sans.clone();
     live.keep_certificates = running.keep_certificates;
     live.allow_insecure_kubeconfig = running.allow_insecure_kubeconfig;
     live.log_format = running.log_format;

@@ -103,6 +103,21 @@ pub struct Flags {
         defaults::DEFAULT_METRICS_BIND_ADDRESS))]
     pub metrics_bind_address: Option<String>,
 
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, default_missing_value = "true",
+        action = ArgAction::Set, value_parser = BoolishValueParser::new(), help = dflt(
+        "Also obtain and rotate the kubelet's serving certificate (signer kubernetes.io/kubelet-serving); file key serverTLSBootstrap",
+        defaults::DEFAULT_ROTATE_SERVER_CERTIFICATES))]
+    pub rotate_server_certificates: Option<bool>,
+
+    #[arg(long, value_name = "IPS", value_delimiter = ',', help = dflt(
+        "Comma-separated IPv4/IPv6 addresses put in the serving certificate's SANs until the Node reports its own",
+        "the addresses of the default-route interface"))]
+    pub node_ip: Option<Vec<String>>,
+
+    #[arg(long, value_name = "NAMES", value_delimiter = ',', help = dflt(
+        "Comma-separated extra DNS names or IPs for the serving certificate", "none"))]
+    pub tls_san: Option<Vec<String>>,
+
     #[arg(long, value_name = "N", help = dflt(
         "Timestamped certificate files kept in the cert dir; older ones are pruned",
         defaults::DEFAULT_KEEP_CERTIFICATES))]

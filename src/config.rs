@@ -2,7 +2,7 @@
 //! an `Option`-free [`Settings`]; Go-style durations. Parsing argv is cli.rs's job.
 
 use std::fmt;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -37,6 +37,14 @@ pub struct FileConfig {
     #[serde(skip_serializing_if = "Option::is_none")] pub lease_duration: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")] pub csr_timeout: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")] pub metrics_bind_address: Option<String>,
+    /// The kubelet's KubeletConfiguration key, not the flag's camelCase.
+    #[serde(skip_serializing_if = "Option::is_none", rename = "serverTLSBootstrap")]
+    pub rotate_server_certificates: Option<bool>,
+    /// A YAML list, or one comma-separated string as on the command line.
+    #[serde(skip_serializing_if = "Option::is_none", rename = "nodeIP", default, deserialize_with = "string_list")]
+    pub node_ip: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none", rename = "tlsSAN", default, deserialize_with = "string_list")]
+    pub tls_san: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")] pub keep_certificates: Option<usize>,
     #[serde(skip_serializing_if = "Option::is_none")] pub allow_insecure_kubeconfig: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")] pub log_format: Option<LogFormat>,
@@ -71,6 +79,14 @@ pub struct Settings {
     pub csr_timeout: Duration,
     /// `None` means `off`.
     pub metrics_bind_address: Option<SocketAddr>,
+    /// Also obtain and rotate the kubelet's serving certificate.
+    pub rotate_server_certificates: bool,
+    /// `--node-ip`: the serving certificate's IPs before the Node reports its addresses;
+    /// empty means "the default-route interface's addresses". Never unspecified or multicast.
+    pub node_ips: Vec<IpAddr>,
+    /// `--tls-san`: extra serving-certificate SANs, each an IP in canonical form or a
+    /// lower-case DNS-1123 subdomain.
+    pub tls_sans: Vec<String>,
     /// At least 1.
     pub keep_certificates: usize,
     pub allow_insecure_kubeconfig: bool,
@@ -123,10 +139,19 @@ pub enum Origin {
     Flag { key: &'static str },
 }
 
+/// File keys that are not their flag's camelCase: `-v` counts, `serverTLSBootstrap` is the
+/// kubelet's own key, and `IP`/`SAN` keep Kubernetes' upper-case acronyms (`podIP`, `clusterDNS`).
+const KEY_FLAGS: [(&str, &str); 4] = [
+    ("verbosity", "-v"),
+    ("serverTLSBootstrap", "--rotate-server-certificates"),
+    ("nodeIP", "--node-ip"),
+    ("tlsSAN", "--tls-san"),
+];
+
 /// The flag that sets a file key: `leaseRenewInterval` -> `--lease-renew-interval`.
 pub fn flag_for_key(key: &str) -> String {
-    if key == "verbosity" {
-        return "-v".to_owned();
+    if let Some((_, flag)) = KEY_FLAGS.iter().find(|(k, _)| *k == key) {
+        return (*flag).to_owned();
     }
     let mut flag = String::from("--");
     for c in key.chars() {
@@ -203,8 +228,8 @@ impl FileConfig {
         })
     }
 
-    /// The defaults as a file, as in config/bootlet.example.yaml. `nodeName` and
-    /// `leaseHealthProbe` have no static default and stay unset.
+    /// The defaults as a file, as in config/bootlet.example.yaml. `nodeName`,
+    /// `leaseHealthProbe` and `nodeIP` have no static default and stay unset.
     pub fn defaults() -> FileConfig {
         let d = |d: Duration| Some(format_duration(d));
         FileConfig {
@@ -221,6 +246,9 @@ impl FileConfig {
             lease_duration: d(DEFAULT_LEASE_DURATION),
             csr_timeout: d(DEFAULT_CSR_TIMEOUT),
             metrics_bind_address: Some(DEFAULT_METRICS_BIND_ADDRESS.into()),
+            rotate_server_certificates: Some(DEFAULT_ROTATE_SERVER_CERTIFICATES),
+            node_ip: None,
+            tls_san: Some(Vec::new()),
             keep_certificates: Some(DEFAULT_KEEP_CERTIFICATES),
             allow_insecure_kubeconfig: Some(DEFAULT_ALLOW_INSECURE_KUBECONFIG),
             log_format: Some(DEFAULT_LOG_FORMAT),
@@ -232,6 +260,21 @@ impl FileConfig {
             shutdown_grace: d(DEFAULT_SHUTDOWN_GRACE),
         }
     }
+}
+
+/// A list of strings from a YAML list or from one comma-separated string (as the flag).
+fn string_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    Ok(match Option::<OneOrMany>::deserialize(d)? {
+        None => None,
+        Some(OneOrMany::One(s)) => Some(s.split(',').map(str::to_owned).collect()),
+        Some(OneOrMany::Many(v)) => Some(v),
+    })
 }
 
 // === impl Settings ===

@@ -25,6 +25,8 @@ pub const DEFAULT_LEASE_RENEW_INTERVAL: Duration = Duration::from_secs(10);
 pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(40);
 /// Long enough for a human approver, short enough that a lost CSR is noticed the same hour.
 pub const DEFAULT_CSR_TIMEOUT: Duration = Duration::from_secs(3600);
+/// Off as in the kubelet: serving CSRs need an approver most clusters do not run yet.
+pub const DEFAULT_ROTATE_SERVER_CERTIFICATES: bool = false;
 /// Loopback only: metrics and health are for the node's own agents, not the network.
 pub const DEFAULT_METRICS_BIND_ADDRESS: &str = "127.0.0.1:10259";
 /// A few past certificates for forensics and rollback without filling the disk.

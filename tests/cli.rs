@@ -104,3 +104,35 @@ fn a_missing_config_file_names_it() {
     assert_eq!(code, Some(1));
     assert!(err.contains("/nonexistent/bootlet.yaml"), "{err}");
 }
+
+#[test]
+fn bad_serving_settings_are_one_line_naming_the_flag_or_key() {
+    let (code, _, err) = bootlet(&["run", "--node-name=n1", "--node-ip=10.0.0.1,nope"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        r#"bootlet: --node-ip: invalid IP address "nope" (give comma-separated IPv4/IPv6 addresses)"#
+    );
+    let (code, _, err) = bootlet(&["run", "--node-name=n1", "--tls-san=ok.example,"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        "bootlet: --tls-san: an empty name (give comma-separated DNS names or IPs)"
+    );
+
+    let (path, err) = config_error("nodeName: n1\nnodeIP: [\"::\"]\n");
+    assert!(
+        err.contains(&format!("{path}: nodeIP: :: is the unspecified address")),
+        "{err}"
+    );
+    let (path, err) = config_error("nodeName: n1\ntlsSAN: [bad_name]\n");
+    assert!(
+        err.contains(&format!("{path}: tlsSAN: \"bad_name\"")),
+        "{err}"
+    );
+    let (path, err) = config_error("serverTLSBootstrap: perhaps\n");
+    assert!(
+        err.contains(&path) && err.contains("serverTLSBootstrap"),
+        "{err}"
+    );
+}

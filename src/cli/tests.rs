@@ -134,6 +134,8 @@ fn help_states_every_default() {
         "[default: false]",
         "[default: true]",
         "[default: text]",
+        "[default: the addresses of the default-route interface]",
+        "[default: none]",
     ] {
         assert!(help.contains(needle), "--help lacks {needle}:\n{help}");
     }
@@ -166,6 +168,7 @@ fn flags_and_file_keys_match() {
     let keys = serde_saphyr::to_string(&FileConfig {
         node_name: Some("n".into()),
         lease_health_probe: Some("http://x/".into()),
+        node_ip: Some(vec!["10.0.0.1".into()]),
         ..FileConfig::defaults()
     })
     .unwrap();
@@ -181,4 +184,38 @@ fn flags_and_file_keys_match() {
             .find(|k| config::flag_for_key(k) == format!("--{long}"));
         assert!(key.is_some(), "--{long} has no config file key");
     }
+}
+
+#[test]
+fn serving_flags_parse() {
+    let f = run_flags(&[]);
+    assert_eq!(
+        (f.rotate_server_certificates, f.node_ip, f.tls_san),
+        (None, None, None)
+    );
+    assert_eq!(
+        run_flags(&["--rotate-server-certificates"]).rotate_server_certificates,
+        Some(true)
+    );
+    assert_eq!(
+        run_flags(&["--rotate-server-certificates=false"]).rotate_server_certificates,
+        Some(false)
+    );
+    // Comma-separated like the kubelet's --node-ip; repeating the flag adds to the list.
+    let f = run_flags(&[
+        "--node-ip",
+        "10.0.0.1,fd00::1",
+        "--node-ip=10.0.0.2",
+        "--tls-san=a.example,192.0.2.1",
+    ]);
+    assert_eq!(
+        f.node_ip,
+        Some(vec!["10.0.0.1".into(), "fd00::1".into(), "10.0.0.2".into()])
+    );
+    assert_eq!(
+        f.tls_san,
+        Some(vec!["a.example".into(), "192.0.2.1".into()])
+    );
+    assert!(parse(&["--rotate-server-certificates=maybe"]).is_err());
+    assert!(parse(&["--node-ip"]).is_err(), "a value is required");
 }

@@ -2,7 +2,7 @@
 //! value came from so that validation errors name the flag or the file and key.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -103,6 +103,15 @@ impl Settings {
             csr_timeout: duration!("csrTimeout", csr_timeout, DEFAULT_CSR_TIMEOUT),
             metrics_bind_address: parse_metrics_address(&metrics)
                 .map_err(|problem| at.bad("metricsBindAddress", problem))?,
+            rotate_server_certificates: take!(
+                "serverTLSBootstrap",
+                rotate_server_certificates,
+                DEFAULT_ROTATE_SERVER_CERTIFICATES
+            ),
+            node_ips: parse_node_ips(&take!("nodeIP", node_ip, Vec::new()))
+                .map_err(|problem| at.bad("nodeIP", problem))?,
+            tls_sans: parse_tls_sans(&take!("tlsSAN", tls_san, Vec::new()))
+                .map_err(|problem| at.bad("tlsSAN", problem))?,
             keep_certificates: take!(
                 "keepCertificates",
                 keep_certificates,
@@ -290,6 +299,58 @@ fn parse_metrics_address(s: &str) -> Result<Option<SocketAddr>, String> {
             "invalid address {s:?} (use IP:PORT such as {DEFAULT_METRICS_BIND_ADDRESS}, or off)"
         )
     })
+}
+
+/// `--node-ip`: each entry an IPv4 or IPv6 address that can name the node (not
+/// unspecified or multicast). Loopback is allowed: single-host clusters and tests use it.
+fn parse_node_ips(entries: &[String]) -> Result<Vec<IpAddr>, String> {
+    entries
+        .iter()
+        .map(|e| match e.trim() {
+            "" => Err("an empty entry (give comma-separated IPv4/IPv6 addresses)".into()),
+            e => e
+                .parse()
+                .map_err(|_| {
+                    format!("invalid IP address {e:?} (give comma-separated IPv4/IPv6 addresses)")
+                })
+                .and_then(node_address),
+        })
+        .collect()
+}
+
+/// `--tls-san`: each entry an IP (as for `--node-ip`, kept in canonical form) or a DNS name
+/// (kept lower-cased).
+fn parse_tls_sans(entries: &[String]) -> Result<Vec<String>, String> {
+    entries
+        .iter()
+        .map(|e| match e.trim() {
+            "" => Err("an empty name (give comma-separated DNS names or IPs)".into()),
+            e => match e.parse::<IpAddr>() {
+                Ok(ip) => node_address(ip).map(|ip| ip.to_string()),
+                // A valid DNS name, but surely a mistyped IP (such as 192.0.2.001).
+                Err(_) if e.split('.').all(|l| l.bytes().all(|b| b.is_ascii_digit())) => {
+                    Err(format!("invalid IP address {e:?}"))
+                }
+                Err(_) if is_dns1123_subdomain(&e.to_ascii_lowercase()) => {
+                    Ok(e.to_ascii_lowercase())
+                }
+                Err(_) => Err(format!(
+                    "{e:?} is neither an IP address nor a DNS name (letters, digits, '-' and '.', at most 253)"
+                )),
+            },
+        })
+        .collect()
+}
+
+/// `ip` if a serving certificate can name the node by it.
+fn node_address(ip: IpAddr) -> Result<IpAddr, String> {
+    if ip.is_unspecified() {
+        return Err(format!("{ip} is the unspecified address, not the node's"));
+    }
+    if ip.is_multicast() {
+        return Err(format!("{ip} is a multicast address, not the node's"));
+    }
+    Ok(ip)
 }
 
 fn check_probe_url(s: &str) -> Result<(), String> {

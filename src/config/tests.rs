@@ -100,6 +100,7 @@ fn every_key_set() -> FileConfig {
     FileConfig {
         node_name: Some("n".into()),
         lease_health_probe: Some("http://127.0.0.1/".into()),
+        node_ip: Some(vec!["10.0.0.1".into()]),
         ..FileConfig::defaults()
     }
 }
@@ -114,7 +115,7 @@ fn all_keys() -> Vec<String> {
 #[test]
 fn example_file_documents_every_key() {
     let keys = all_keys();
-    assert_eq!(keys.len(), 22);
+    assert_eq!(keys.len(), 25);
     for key in keys {
         let line = EXAMPLE
             .lines()
@@ -187,6 +188,8 @@ fn defaults_are_the_contract_defaults() {
     assert_eq!(s.lease_health_probe, None);
     assert_eq!(s.keep_certificates, 5);
     assert_eq!((s.log_format, s.verbosity), (LogFormat::Text, 0));
+    assert!(!s.rotate_server_certificates);
+    assert!(s.node_ips.is_empty() && s.tls_sans.is_empty());
 }
 
 #[test]
@@ -416,6 +419,146 @@ fn keys_map_to_flags() {
     assert_eq!(flag_for_key("leaseRenewInterval"), "--lease-renew-interval");
     assert_eq!(flag_for_key("kubeconfig"), "--kubeconfig");
     assert_eq!(flag_for_key("verbosity"), "-v");
+    assert_eq!(
+        flag_for_key("serverTLSBootstrap"),
+        "--rotate-server-certificates"
+    );
+    assert_eq!(flag_for_key("nodeIP"), "--node-ip");
+    assert_eq!(flag_for_key("tlsSAN"), "--tls-san");
+}
+
+fn ips(list: &[&str]) -> Vec<IpAddr> {
+    list.iter().map(|s| s.parse().unwrap()).collect()
+}
+
+#[test]
+fn serving_settings_layer_from_flags_and_file() {
+    let s = settings(
+        None,
+        &[
+            "--rotate-server-certificates",
+            "--node-ip=10.0.0.5, fd00:0::5",
+            "--node-ip=10.0.0.6",
+            "--tls-san=Node.Example,192.0.2.001",
+        ],
+    );
+    // 192.0.2.001 is no IP (no leading zeros) and, though a DNS-1123 name, surely meant one.
+    assert_eq!(
+        s.unwrap_err().to_string(),
+        r#"--tls-san: invalid IP address "192.0.2.001""#
+    );
+    let s = settings(
+        None,
+        &[
+            "--rotate-server-certificates",
+            "--node-ip=10.0.0.5, fd00:0::5",
+            "--node-ip=10.0.0.6",
+            "--tls-san=Node.Example,2001:DB8:0::1,127.0.0.1",
+        ],
+    )
+    .unwrap();
+    assert!(s.rotate_server_certificates);
+    assert_eq!(s.node_ips, ips(&["10.0.0.5", "fd00::5", "10.0.0.6"]));
+    assert_eq!(s.tls_sans, ["node.example", "2001:db8::1", "127.0.0.1"]);
+
+    // The file: the kubelet's key, a YAML list or one comma-separated string.
+    let yaml =
+        "serverTLSBootstrap: true\nnodeIP: [10.0.0.5, \"fd00::5\"]\ntlsSAN: a.example,192.0.2.1\n";
+    let s = settings(Some(yaml), &[]).unwrap();
+    assert!(s.rotate_server_certificates);
+    assert_eq!(s.node_ips, ips(&["10.0.0.5", "fd00::5"]));
+    assert_eq!(s.tls_sans, ["a.example", "192.0.2.1"]);
+    let s = settings(Some("nodeIP: 10.0.0.5,10.0.0.6\n"), &[]).unwrap();
+    assert_eq!(s.node_ips, ips(&["10.0.0.5", "10.0.0.6"]));
+
+    // Flags override the file.
+    let s = settings(
+        Some(yaml),
+        &[
+            "--rotate-server-certificates=false",
+            "--node-ip=10.9.9.9",
+            "--tls-san=b.example",
+        ],
+    )
+    .unwrap();
+    assert!(!s.rotate_server_certificates);
+    assert_eq!(s.node_ips, ips(&["10.9.9.9"]));
+    assert_eq!(s.tls_sans, ["b.example"]);
+
+    // The flag's camelCase is not a key: the contract names serverTLSBootstrap.
+    let e = err(Some("rotateServerCertificates: true\n"), &[]);
+    assert!(
+        e.starts_with("/etc/bootlet.yaml: unknown field `rotateServerCertificates`"),
+        "{e}"
+    );
+}
+
+#[test]
+fn bad_serving_values_name_the_flag_or_the_file_and_key() {
+    for (yaml, args, message) in [
+        (
+            None,
+            &["--node-ip=10.0.0.300"][..],
+            r#"--node-ip: invalid IP address "10.0.0.300" (give comma-separated IPv4/IPv6 addresses)"#,
+        ),
+        (
+            None,
+            &["--node-ip=10.0.0.1,"],
+            "--node-ip: an empty entry (give comma-separated IPv4/IPv6 addresses)",
+        ),
+        (
+            None,
+            &["--node-ip=0.0.0.0"],
+            "--node-ip: 0.0.0.0 is the unspecified address, not the node's",
+        ),
+        (
+            None,
+            &["--node-ip=::"],
+            "--node-ip: :: is the unspecified address, not the node's",
+        ),
+        (
+            None,
+            &["--node-ip=ff02::1"],
+            "--node-ip: ff02::1 is a multicast address, not the node's",
+        ),
+        (
+            Some("nodeIP: [10.0.0.1, nope]\n"),
+            &[],
+            r#"/etc/bootlet.yaml: nodeIP: invalid IP address "nope" (give comma-separated IPv4/IPv6 addresses)"#,
+        ),
+        (
+            None,
+            &["--tls-san=a.example,,b.example"],
+            "--tls-san: an empty name (give comma-separated DNS names or IPs)",
+        ),
+        (
+            None,
+            &["--tls-san=bad_name"],
+            r#"--tls-san: "bad_name" is neither an IP address nor a DNS name (letters, digits, '-' and '.', at most 253)"#,
+        ),
+        (
+            None,
+            &["--tls-san=224.0.0.1"],
+            "--tls-san: 224.0.0.1 is a multicast address, not the node's",
+        ),
+        (
+            Some("tlsSAN: [\"\"]\n"),
+            &[],
+            "/etc/bootlet.yaml: tlsSAN: an empty name (give comma-separated DNS names or IPs)",
+        ),
+        (
+            Some("tlsSAN: \"*.example\"\n"),
+            &[],
+            r#"/etc/bootlet.yaml: tlsSAN: "*.example" is neither an IP address nor a DNS name (letters, digits, '-' and '.', at most 253)"#,
+        ),
+    ] {
+        assert_eq!(err(yaml, args), message, "{yaml:?} {args:?}");
+    }
+    let e = err(Some("serverTLSBootstrap: maybe\n"), &[]);
+    assert!(
+        e.starts_with("/etc/bootlet.yaml: ") && e.contains("serverTLSBootstrap"),
+        "{e}"
+    );
 }
 
 #[test]
