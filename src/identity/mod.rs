@@ -6,3 +6,4 @@ pub mod client;
 pub mod csr;
 pub mod issue;
 pub mod rotation;
+pub mod sans;
