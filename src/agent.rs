@@ -13,6 +13,8 @@ use crate::config::{format_duration, ConfigError, Settings};
 use crate::error::Error;
 use crate::identity::bootstrap::Bootstrap;
 use crate::identity::rotation::Rotation;
+use crate::identity::sans;
+use crate::identity::serving::Serving;
 use crate::lease::{self, LeaseLoop};
 use crate::runtime::health::Health;
 use crate::runtime::report;
@@ -50,6 +52,27 @@ pub async fn run(settings: Settings) -> Result<(), Error> {
     let (clients_tx, clients) = watch::channel(creds.client.clone());
     let mut live = settings.clone();
     let mut lease = LeaseTask::start(&live, &clients, &health);
+    // The serving certificate: its own loop, filed with the client certificate; never
+    // part of readiness.
+    let serving = settings.rotate_server_certificates.then(|| {
+        let detected = if settings.node_ips.is_empty() {
+            sans::default_route_addresses()
+        } else {
+            Vec::new()
+        };
+        let span = tracing::info_span!("serving", node = %settings.node_name);
+        tokio::spawn(
+            Serving {
+                settings: settings.clone(),
+                health: health.clone(),
+                clients: clients.clone(),
+                ca_pem: creds.ca_pem.clone(),
+                detected,
+            }
+            .run(shutdown.clone())
+            .instrument(span),
+        )
+    });
     let rotation = Rotation {
         settings: &settings,
         bootstrap: &bootstrap,
@@ -79,6 +102,15 @@ pub async fn run(settings: Settings) -> Result<(), Error> {
     let deadline = stopping(sig, &trigger, live.shutdown_grace);
     if let Some(task) = lease {
         task.stop(deadline, &health).await;
+    }
+    if let Some(task) = serving {
+        let abort = task.abort_handle();
+        if tokio::time::timeout_at(deadline, task).await.is_err() {
+            tracing::warn!(
+                "the serving certificate loop still busy after the grace period; stopping anyway"
+            );
+            abort.abort();
+        }
     }
     if !rotation_done
         && tokio::time::timeout_at(deadline, &mut rotating)

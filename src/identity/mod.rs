@@ -1,5 +1,6 @@
-//! The node's certificates: the CSR object, the issuing pipeline, bootstrap (the first
-//! client certificate) and rotation. Uses the API and pki layers; nothing below imports it.
+//! The node's certificates: the CSR object, the issuing pipeline, the client identity
+//! (bootstrap, rotation) and the kubelet's serving certificate. Uses the API and pki
+//! layers; nothing below imports it.
 
 pub mod bootstrap;
 pub mod client;
@@ -7,3 +8,4 @@ pub mod csr;
 pub mod issue;
 pub mod rotation;
 pub mod sans;
+pub mod serving;

@@ -68,6 +68,43 @@ fn check_every(creds: &Credentials) -> Duration {
     (lifetime / 20).clamp(Duration::from_secs(1), Duration::from_secs(60))
 }
 
+/// The two back-offs of a certificate loop after a failed attempt.
+pub struct Retries {
+    on_the_way: Backoff,
+    refusals: Backoff,
+}
+
+// === impl Retries ===
+
+impl Retries {
+    pub fn new(settings: &Settings) -> Self {
+        Self {
+            on_the_way: Backoff::new(MIN_RETRY, MAX_RETRY, 0.2).expect("constant bounds"),
+            refusals: settings.csr_backoff(),
+        }
+    }
+
+    /// The wait before the next attempt: the contract's CSR back-off after a refusal or
+    /// once the certificate has expired; else 1 s doubling to 5 min, never later than a
+    /// tenth of the `remaining` lifetime and never sooner than 1 s.
+    pub fn after(&mut self, refusal: bool, expired: bool, remaining: Duration) -> Duration {
+        if refusal || expired {
+            self.refusals.next_delay()
+        } else {
+            self.on_the_way
+                .next_delay()
+                .min(remaining / 10)
+                .max(MIN_RETRY)
+        }
+    }
+
+    /// After a success.
+    pub fn reset(&mut self) {
+        self.on_the_way.reset();
+        self.refusals.reset();
+    }
+}
+
 /// The rotation loop and what it needs.
 pub struct Rotation<'a> {
     pub settings: &'a Settings,
@@ -138,8 +175,7 @@ impl Rotation<'_> {
             }
         };
         let mut at = self.schedule(&creds);
-        let mut retry = Backoff::new(MIN_RETRY, MAX_RETRY, 0.2).expect("valid bounds");
-        let mut refusals = self.settings.csr_backoff();
+        let mut retries = Retries::new(self.settings);
         let mut next_try = at;
         // Bootstrap was tried since this certificate expired (once at expiry, then backed off).
         let mut fell_back = false;
@@ -171,8 +207,7 @@ impl Rotation<'_> {
                 self.publish(&creds);
                 at = self.schedule(&creds);
                 next_try = at;
-                retry.reset();
-                refusals.reset();
+                retries.reset();
                 (fell_back, rotation_key_left) = (false, false);
                 continue;
             }
@@ -221,19 +256,13 @@ impl Rotation<'_> {
                     self.prune(&dir);
                     at = self.schedule(&creds);
                     next_try = at;
-                    retry.reset();
-                    refusals.reset();
+                    retries.reset();
                     (fell_back, rotation_key_left) = (false, false);
                 }
                 Err(e) => {
                     rotation_key_left |= !expired && e.is_approval_timeout();
-                    let delay = if expired || e.is_refusal() {
-                        refusals.next_delay()
-                    } else {
-                        let remaining =
-                            creds.cert.not_after.duration_since(now).unwrap_or_default();
-                        retry.next_delay().min(remaining / 10).max(MIN_RETRY)
-                    };
+                    let remaining = creds.cert.not_after.duration_since(now).unwrap_or_default();
+                    let delay = retries.after(e.is_refusal(), expired, remaining);
                     self.report_failure(&e, expired, delay);
                     next_try = Some(SystemTime::now() + delay);
                 }

@@ -465,3 +465,101 @@ fn an_intermediate_that_is_not_a_ca_is_not_followed() {
     .unwrap_err();
     assert!(matches!(err, VerifyError::UntrustedIssuer { .. }), "{err}");
 }
+
+fn serving_profile(ips: &[&str]) -> CertProfile {
+    CertProfile::serving(
+        NODE,
+        crate::pki::Sans::new(
+            vec![NODE.to_string()],
+            ips.iter().map(|ip| ip.parse().unwrap()).collect(),
+        ),
+    )
+}
+
+#[test]
+fn a_serving_certificate_needs_server_auth_and_exactly_the_requested_sans() {
+    let key = NodeKey::generate().unwrap();
+    let ca = TestCa::new("kubernetes");
+    let profile = serving_profile(&["10.0.0.7"]);
+    let csr = csr_pem(&key, &profile).unwrap();
+    let serving = |p: &mut CertificateParams| {
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth]
+    };
+    let cert = ca.sign(&csr, serving);
+    let info = verify_issued(&cert, &key, &profile, ca.pem.as_bytes(), mid()).unwrap();
+    assert!(info.server_auth && !info.client_auth);
+    assert_eq!(
+        info.sans, profile.sans,
+        "the SANs the signer copied from the request"
+    );
+    // The same certificate is not a client certificate, nor a serving one for other SANs.
+    let err = verify_issued(
+        &cert,
+        &key,
+        &CertProfile::client(NODE),
+        ca.pem.as_bytes(),
+        mid(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(err, VerifyError::MissingClientAuth { .. }),
+        "{err}"
+    );
+    let err = verify_issued(
+        &cert,
+        &key,
+        &serving_profile(&["10.0.0.8"]),
+        ca.pem.as_bytes(),
+        mid(),
+    )
+    .unwrap_err();
+    assert!(matches!(err, VerifyError::WrongSans { .. }), "{err}");
+    // A client certificate is not a serving one.
+    let client = ca.sign(&csr, |_| {});
+    let err = verify_issued(&client, &key, &profile, ca.pem.as_bytes(), mid()).unwrap_err();
+    assert!(
+        matches!(err, VerifyError::MissingServerAuth { .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_serving_request_carries_its_sans_and_adoption_compares_them() {
+    let key = NodeKey::generate().unwrap();
+    let profile = serving_profile(&["10.0.0.7", "fd00::7"]);
+    let pem = csr_pem(&key, &profile).unwrap();
+    assert!(crate::pki::csr_matches_key(pem.as_bytes(), &key, &profile));
+    assert!(!crate::pki::csr_matches_key(
+        pem.as_bytes(),
+        &key,
+        &serving_profile(&["10.0.0.7"])
+    ));
+    assert!(!crate::pki::csr_matches_key(
+        pem.as_bytes(),
+        &key,
+        &CertProfile::client(NODE)
+    ));
+    // A new address names a new CSR; the client CSR name (no SANs) is unchanged by them.
+    let name = crate::pki::csr_name(&key, &profile);
+    assert_ne!(
+        name,
+        crate::pki::csr_name(&key, &serving_profile(&["10.0.0.7"]))
+    );
+    assert_ne!(name, crate::pki::csr_name(&key, &CertProfile::client(NODE)));
+    // openssl reads the SAN extension request as we wrote it.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("req.pem");
+    std::fs::write(&path, &pem).unwrap();
+    let out = std::process::Command::new("openssl")
+        .args(["req", "-noout", "-text", "-in", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    for want in [
+        "IP Address:10.0.0.7",
+        "IP Address:FD00:0:0:0:0:0:0:7",
+        &format!("DNS:{NODE}"),
+    ] {
+        assert!(text.contains(want), "{want} missing:\n{text}");
+    }
+}
