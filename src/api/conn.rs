@@ -33,9 +33,10 @@ use socket2::{SockRef, TcpKeepalive};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
+use super::wire::{decode, encode, location, retry_after};
 use super::{
-    decode, encode, location, retry_after, ApiClient, Error, Identity, TransportError,
-    TCP_KEEPALIVE_IDLE, TCP_KEEPALIVE_INTERVAL, TCP_KEEPALIVE_PROBES, TCP_USER_TIMEOUT,
+    ApiClient, Error, Identity, TransportError, TCP_KEEPALIVE_IDLE, TCP_KEEPALIVE_INTERVAL,
+    TCP_KEEPALIVE_PROBES, TCP_USER_TIMEOUT,
 };
 use crate::api::kubeconfig::ProxyUrl;
 

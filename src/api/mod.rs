@@ -9,6 +9,7 @@ pub mod kubeconfig;
 pub mod proxy;
 pub mod tls;
 pub mod watch;
+mod wire;
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
@@ -17,7 +18,7 @@ use std::time::{Duration, SystemTime};
 
 use futures_util::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
-use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, RETRY_AFTER};
+use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use reqwest::Method;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -28,6 +29,7 @@ use crate::runtime::backoff::Backoff;
 use error::synthetic_status;
 pub use error::{Error, TransportError};
 use proxy::{ProxyEnv, ProxyPolicy};
+use wire::{decode, encode, location, parse_http_date, retry_after, skew_secs};
 
 /// Upper bound on one request/response exchange (not watches): the contract's ≤ 10 s.
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -366,57 +368,6 @@ impl ApiClient {
         timeout: Duration,
     ) -> Result<reqwest::Response, Error> {
         self.send(Method::GET, path, None::<&()>, timeout).await
-    }
-}
-
-/// A request body as JSON.
-fn encode<B: Serialize>(method: &Method, path: &str, body: &B) -> Result<Vec<u8>, Error> {
-    serde_json::to_vec(body).map_err(|source| Error::Decode {
-        method: method.clone(),
-        path: path.to_string(),
-        source,
-    })
-}
-
-/// A 2xx body as `T`.
-fn decode<T: DeserializeOwned>(method: Method, path: &str, bytes: &[u8]) -> Result<T, Error> {
-    serde_json::from_slice(bytes).map_err(|source| Error::Decode {
-        method,
-        path: path.to_string(),
-        source,
-    })
-}
-
-/// A response's `Location` (a header value is visible ASCII, so it is log-safe).
-fn location(headers: &HeaderMap) -> Option<String> {
-    headers
-        .get(reqwest::header::LOCATION)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string)
-}
-
-/// `Retry-After` in seconds (the API server never sends the date form).
-fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    headers
-        .get(RETRY_AFTER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|s| s.trim().parse::<u64>().ok())
-        .map(Duration::from_secs)
-}
-
-/// An HTTP `Date` (`Mon, 30 Nov 2026 21:13:00 GMT`).
-fn parse_http_date(text: &str) -> Option<SystemTime> {
-    let ts = jiff::fmt::rfc2822::DateTimeParser::new()
-        .parse_timestamp(text)
-        .ok()?;
-    Some(SystemTime::from(ts))
-}
-
-/// `server - local` in whole seconds (pure).
-fn skew_secs(server: SystemTime, local: SystemTime) -> i64 {
-    match server.duration_since(local) {
-        Ok(ahead) => ahead.as_secs() as i64,
-        Err(behind) => -(behind.duration().as_secs() as i64),
     }
 }
 
