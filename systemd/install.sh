@@ -3,10 +3,17 @@
 # and the example config (never overwriting an existing config).
 #
 #   systemd/install.sh [--prefix /usr/local] [--destdir DIR] [--bin PATH] [--no-kubelet-dropin]
+#                      [--serving] [--kubelet-config FILE]
 #
 # --prefix   where the binary goes (PREFIX/bin/bootlet); ExecStart is rewritten to match.
 # --destdir  staging root for packaging (files land in DESTDIR/...; systemctl is not run).
 # --bin      the binary to install; default target/release/bootlet (built when missing).
+# --serving  also install kubelet.service.d/30-bootlet-serving.conf (the kubelet serves with
+#            bootlet's kubelet-server-current.pem; set serverTLSBootstrap: true in bootlet's
+#            config). Refused while the kubelet's config sets its own serverTLSBootstrap true.
+#            Without --serving, a 30-bootlet-serving.conf from an earlier run is removed.
+# --kubelet-config  the kubelet's config file --serving checks; default
+#            /var/lib/kubelet/config.yaml (under DESTDIR).
 # Units go to /etc/systemd/system, the config to /etc/bootlet/config.yaml.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +22,8 @@ prefix=/usr/local
 destdir=
 bin=
 dropin=true
+serving=false
+kubelet_config=/var/lib/kubelet/config.yaml
 while [ $# -gt 0 ]; do
   case "$1" in
     --prefix) prefix=$2; shift 2 ;;
@@ -24,10 +33,32 @@ while [ $# -gt 0 ]; do
     --bin) bin=$2; shift 2 ;;
     --bin=*) bin=${1#*=}; shift ;;
     --no-kubelet-dropin) dropin=false; shift ;;
-    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --serving) serving=true; shift ;;
+    --kubelet-config) kubelet_config=$2; shift 2 ;;
+    --kubelet-config=*) kubelet_config=${1#*=}; shift ;;
+    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "install.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
+
+pki=/var/lib/kubelet/pki
+if $serving; then
+  $dropin || { echo "install.sh: --serving needs the kubelet drop-in (drop --no-kubelet-dropin)" >&2; exit 2; }
+  # serverTLSBootstrap has no kubelet flag: when the kubelet's config turns it on, the
+  # kubelet ignores --tls-cert-file and files serving CSRs of its own. Check before
+  # installing anything. YAML or JSON (comment lines skipped); the value in any case.
+  kcfg="$destdir$kubelet_config"
+  if [ -e "$kcfg" ] && grep -v '^[[:space:]]*#' "$kcfg" |
+    grep -Eiq '(^|[{,[:space:]])"?serverTLSBootstrap"?[[:space:]]*:[[:space:]]*"?(true|yes|on)"?[[:space:]]*(,|}|#|$)'; then
+    echo "install.sh: $kcfg sets serverTLSBootstrap: true; with --serving bootlet owns the" >&2
+    echo "  serving certificate: set serverTLSBootstrap: false there (and serverTLSBootstrap: true" >&2
+    echo "  in /etc/bootlet/config.yaml), then run install.sh --serving again" >&2
+    exit 1
+  fi
+  if [ -z "$destdir" ] && [ ! -e "$kcfg" ]; then
+    echo "note: $kcfg not found; keep the kubelet's serverTLSBootstrap false when it is written"
+  fi
+fi
 
 if [ -z "$bin" ]; then
   bin=target/release/bootlet
@@ -45,13 +76,25 @@ if $dropin; then
   install -D -m 0644 systemd/kubelet.service.d/20-bootlet.conf \
     "$unitdir/kubelet.service.d/20-bootlet.conf"
 fi
+serving_dropin="$unitdir/kubelet.service.d/30-bootlet-serving.conf"
+if $serving; then
+  install -D -m 0644 systemd/kubelet.service.d/30-bootlet-serving.conf "$serving_dropin"
+  if [ -z "$destdir" ] && [ ! -e "$pki/kubelet-server-current.pem" ]; then
+    echo "note: $pki/kubelet-server-current.pem does not exist yet; the kubelet will not start"
+    echo "      with 30-bootlet-serving.conf until bootlet's first kubelet-serving CSR is approved"
+    echo "      (kubectl get csr; kubectl certificate approve NAME)"
+  fi
+elif [ -e "$serving_dropin" ]; then
+  rm -f "$serving_dropin"
+  echo "removed $serving_dropin (installed without --serving)"
+fi
 if [ -e "$destdir/etc/bootlet/config.yaml" ]; then
   echo "keeping the existing $destdir/etc/bootlet/config.yaml"
 else
   install -D -m 0644 config/bootlet.example.yaml "$destdir/etc/bootlet/config.yaml"
 fi
 
-echo "installed $destdir$prefix/bin/bootlet, $unitdir/bootlet.service$($dropin && echo ", the kubelet drop-in") and /etc/bootlet/config.yaml"
+echo "installed $destdir$prefix/bin/bootlet, $unitdir/bootlet.service$($dropin && echo ", the kubelet drop-in")$($serving && echo ", the serving drop-in") and /etc/bootlet/config.yaml"
 if [ -z "$destdir" ] && [ -d /run/systemd/system ]; then
   systemctl daemon-reload
   echo "next: put the bootstrap kubeconfig at /etc/kubernetes/bootstrap-kubelet.conf, then"

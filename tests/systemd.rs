@@ -60,6 +60,12 @@ fn verifiable_units() -> tempfile::TempDir {
         .replace("/usr/bin/kubelet", "/bin/true");
     std::fs::create_dir(dir.path().join("kubelet.service.d")).unwrap();
     std::fs::write(dir.path().join("kubelet.service.d/20-bootlet.conf"), dropin).unwrap();
+    // The optional serving drop-in (install.sh --serving), verified on top of the first.
+    std::fs::copy(
+        systemd_dir().join("kubelet.service.d/30-bootlet-serving.conf"),
+        dir.path().join("kubelet.service.d/30-bootlet-serving.conf"),
+    )
+    .unwrap();
     dir
 }
 
@@ -789,5 +795,146 @@ echo "probe: done"
     );
     assert_eq!(c.read("/etc/kubernetes/manifests/static.yaml").await, None);
     eprintln!("sandbox probed in {:?}", started.elapsed());
+    drop(container);
+}
+
+/// What `install.sh --serving` does to the kubelet, under a real systemd: a stand-in
+/// /usr/bin/kubelet records the argv systemd starts it with (the drop-ins' ExecStart with
+/// its variables expanded), installed without, with, and again without --serving; and
+/// --serving refused while the kubelet's config turns its own serverTLSBootstrap on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn install_serving_points_the_kubelet_at_the_serving_pair() {
+    const PAIR: &str = "/var/lib/kubelet/pki/kubelet-server-current.pem";
+    let started = Instant::now();
+    assert!(
+        nix_is_root(),
+        "the systemd e2e test needs root (systemd-nspawn); run it as root, as .ci/run does"
+    );
+    let share = tempfile::Builder::new()
+        .prefix("serving-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    let s = share.path();
+    write_test_dropin(s);
+    std::fs::write(
+        s.join("kubelet"),
+        "#!/bin/sh\nprintf '%s\\n' \"$@\" >/run/kubelet-argv\n",
+    )
+    .unwrap();
+    std::fs::write(
+        s.join("kubelet.service"),
+        "[Unit]\nDescription=kubelet stand-in\n[Service]\nType=oneshot\nExecStart=/usr/bin/kubelet\n",
+    )
+    .unwrap();
+    let name = format!(
+        "sv-{}-{}",
+        std::process::id(),
+        started.elapsed().subsec_nanos() % 100_000
+    );
+    let container = Container::boot(&name, s).await;
+    let c = &container;
+    let sd = s.display();
+    let standin = format!(
+        "install -m 0755 {sd}/kubelet /usr/bin/kubelet && install -m 0644 {sd}/kubelet.service /etc/systemd/system/kubelet.service"
+    );
+    let (ok, out) = c.exec(&["sh", "-c", &standin]).await;
+    assert!(ok, "installing the stand-in kubelet: {out}");
+    let script = systemd_dir().join("install.sh");
+    let script = script.to_str().unwrap();
+    // install.sh (which runs daemon-reload), then one run of the kubelet unit alone (its
+    // Wants=bootlet.service left out): the unit's ExecStart and Environment, and the argv.
+    let install_and_start = |serving: bool| async move {
+        let mut args = vec![script, "--bin", BIN];
+        if serving {
+            args.push("--serving");
+        }
+        let (ok, out) = c.exec(&args).await;
+        assert!(ok, "install.sh {args:?}: {out}");
+        let (ok, out) = c
+            .exec(&[
+                "sh",
+                "-c",
+                "rm -f /run/kubelet-argv && systemctl start --job-mode=ignore-dependencies kubelet",
+            ])
+            .await;
+        assert!(ok, "starting the kubelet: {out}");
+        let argv: Vec<String> = c
+            .read("/run/kubelet-argv")
+            .await
+            .expect("the kubelet stand-in did not run")
+            .lines()
+            .map(str::to_string)
+            .collect();
+        let exec_start = c.show_unit("kubelet", "ExecStart").await;
+        let env = c.show_unit("kubelet", "Environment").await;
+        (exec_start, env, argv)
+    };
+    let cert_flag = format!("--tls-cert-file={PAIR}");
+    let key_flag = format!("--tls-private-key-file={PAIR}");
+    let count = |argv: &[String], flag: &str| argv.iter().filter(|a| *a == flag).count();
+    let no_tls = |argv: &[String]| !argv.iter().any(|a| a.starts_with("--tls-"));
+
+    // 1. Without --serving: the variable is in ExecStart but empty, no --tls-* flag.
+    let (exec_start, env, argv) = install_and_start(false).await;
+    assert!(
+        exec_start.contains("$KUBELET_KUBECONFIG_ARGS $KUBELET_BOOTLET_SERVING_ARGS"),
+        "{exec_start}"
+    );
+    assert!(
+        argv.contains(&"--kubeconfig=/etc/kubernetes/kubelet.conf".to_string()),
+        "the drop-in's ExecStart did not run: {argv:?}"
+    );
+    assert!(no_tls(&argv), "serving flags without --serving: {argv:?}");
+    assert!(!env.contains("--tls-cert-file"), "{env}");
+
+    // 2. With --serving: both flags, once each, on the serving pair.
+    let (_, env, argv) = install_and_start(true).await;
+    assert_eq!(count(&argv, &cert_flag), 1, "{argv:?}");
+    assert_eq!(count(&argv, &key_flag), 1, "{argv:?}");
+    assert_eq!(
+        argv.iter().filter(|a| a.starts_with("--tls-")).count(),
+        2,
+        "{argv:?}"
+    );
+    assert!(env.contains(&cert_flag) && env.contains(&key_flag), "{env}");
+    let (ok, dropin) = c
+        .exec(&[
+            "stat",
+            "-c",
+            "%a",
+            "/etc/systemd/system/kubelet.service.d/30-bootlet-serving.conf",
+        ])
+        .await;
+    assert!(ok && dropin.trim() == "644", "{dropin}");
+
+    // 3. Installed again without --serving: the serving drop-in is removed.
+    let (_, _, argv) = install_and_start(false).await;
+    assert!(no_tls(&argv), "stale serving flags: {argv:?}");
+
+    // 4. The kubelet's own serverTLSBootstrap on: --serving is refused before anything is
+    // installed, naming the setting.
+    let (ok, out) = c
+        .exec(&[
+            "sh",
+            "-c",
+            "mkdir -p /var/lib/kubelet && printf 'kind: KubeletConfiguration\\nserverTLSBootstrap: true\\n' >/var/lib/kubelet/config.yaml",
+        ])
+        .await;
+    assert!(ok, "{out}");
+    let (ok, out) = c.exec(&[script, "--bin", BIN, "--serving"]).await;
+    assert!(
+        !ok,
+        "install.sh --serving accepted serverTLSBootstrap: true:\n{out}"
+    );
+    assert!(out.contains("sets serverTLSBootstrap: true"), "{out}");
+    let (present, _) = c
+        .exec(&[
+            "test",
+            "-e",
+            "/etc/systemd/system/kubelet.service.d/30-bootlet-serving.conf",
+        ])
+        .await;
+    assert!(!present, "the serving drop-in was installed anyway");
+    eprintln!("serving drop-in checked in {:?}", started.elapsed());
     drop(container);
 }
