@@ -14,7 +14,7 @@ use crate::error::Error;
 use crate::identity::bootstrap::Bootstrap;
 use crate::identity::rotation::Rotation;
 use crate::identity::sans;
-use crate::identity::serving::Serving;
+use crate::identity::serving::{self, Serving};
 use crate::lease::{self, LeaseLoop};
 use crate::runtime::health::Health;
 use crate::runtime::report;
@@ -29,6 +29,18 @@ pub async fn run(settings: Settings) -> Result<(), Error> {
     let mut signals = shutdown::stop_signals();
     let mut hangups = shutdown::hangups();
 
+    // The kubelet may start as soon as READY=1 is sent: with the serving drop-in it needs a
+    // serving certificate file by then, signed or not.
+    let detected = if settings.rotate_server_certificates && settings.node_ips.is_empty() {
+        sans::default_route_addresses()
+    } else {
+        Vec::new()
+    };
+    if settings.rotate_server_certificates {
+        if let Err(e) = serving::ensure_placeholder(&settings, &detected) {
+            tracing::warn!(error = %e, "cannot write a placeholder serving certificate; the kubelet may not start until the first one is issued");
+        }
+    }
     // Under systemd (NOTIFY_SOCKET), a bootstrap kubeconfig that is not there yet is waited
     // for; by hand, its absence is the contract's one-line error and a non-zero exit.
     let bootstrap = Bootstrap::new(&settings, health.clone(), ClientOptions::default())
@@ -55,11 +67,6 @@ pub async fn run(settings: Settings) -> Result<(), Error> {
     // The serving certificate: its own loop, filed with the client certificate; never
     // part of readiness.
     let serving = settings.rotate_server_certificates.then(|| {
-        let detected = if settings.node_ips.is_empty() {
-            sans::default_route_addresses()
-        } else {
-            Vec::new()
-        };
         let span = tracing::info_span!("serving", node = %settings.node_name);
         tokio::spawn(
             Serving {
@@ -67,7 +74,7 @@ pub async fn run(settings: Settings) -> Result<(), Error> {
                 health: health.clone(),
                 clients: clients.clone(),
                 ca_pem: creds.ca_pem.clone(),
-                detected,
+                detected: detected.clone(),
             }
             .run(shutdown.clone())
             .instrument(span),

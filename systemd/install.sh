@@ -80,8 +80,9 @@ serving_dropin="$unitdir/kubelet.service.d/30-bootlet-serving.conf"
 if $serving; then
   install -D -m 0644 systemd/kubelet.service.d/30-bootlet-serving.conf "$serving_dropin"
   if [ -z "$destdir" ] && [ ! -e "$pki/kubelet-server-current.pem" ]; then
-    echo "note: $pki/kubelet-server-current.pem does not exist yet; the kubelet will not start"
-    echo "      with 30-bootlet-serving.conf until bootlet's first kubelet-serving CSR is approved"
+    echo "note: $pki/kubelet-server-current.pem does not exist yet: start bootlet (with"
+    echo "      rotateServerCertificates/serverTLSBootstrap on) before the kubelet; it writes a"
+    echo "      self-signed placeholder until the first kubelet-serving CSR is approved"
     echo "      (kubectl get csr; kubectl certificate approve NAME)"
   fi
 elif [ -e "$serving_dropin" ]; then

@@ -422,7 +422,9 @@ async fn after_expiry_with_rotation_denied_and_a_dead_token_the_agent_backs_off(
 /// retry filed another CSR. Now the key stays and the next attempt adopts the same CSR.
 #[tokio::test]
 async fn a_rotation_that_times_out_keeps_its_key_and_adopts_the_same_csr() {
-    let tp = plane(8).await;
+    // 20 s: the retry after the 1 s timeout comes ~1 s later, well before expiry (at 8 s a
+    // loaded machine could push it past expiry, where the bootstrap fallback takes over).
+    let tp = plane(20).await;
     let node = NodeDir::new(&tp.bootstrap_kubeconfig());
     let mut events = tp.events();
     let agent = Agent::spawn(&args(&node, "timeout", &["--csr-timeout", "1s"]));

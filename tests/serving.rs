@@ -110,7 +110,18 @@ async fn the_serving_csr_is_the_nodes_own_and_never_blocks_ready() {
         "{warn}"
     );
     assert!(warn.contains("kubelet-csr-approver"), "{warn}");
-    assert!(!serving_current(&node).exists());
+    // Meanwhile the kubelet has a file to start with: a self-signed placeholder.
+    let pem = std::fs::read_to_string(serving_current(&node)).expect("a placeholder serving cert");
+    let leaf = bootlet::pki::parse_cert_chain(&pem).unwrap()[0].0.clone();
+    assert!(
+        leaf.issuer.contains("CN=system:node:srv-1") && !leaf.issuer.contains("kubernetes"),
+        "self-signed, not from the cluster CA: {}",
+        leaf.issuer
+    );
+    assert!(
+        leaf.server_auth && leaf.sans.ips.contains(&"127.0.0.1".parse().unwrap()),
+        "{leaf:?}"
+    );
     let (status, log) = agent.terminate().await;
     assert!(status.success(), "{log}");
 }

@@ -183,6 +183,43 @@ pub fn csr_pem(key: &NodeKey, profile: &CertProfile) -> Result<String, PkiError>
         .map_err(csr_err)
 }
 
+/// A self-signed certificate for `profile`'s subject and SANs, valid from `now` for
+/// `lifetime`: what the kubelet itself serves without a signed certificate, so it can
+/// start before the first serving CSR is approved. Never trusted by bootlet (it does not
+/// chain to the cluster CA), so it is replaced as soon as a signed one is issued.
+pub fn self_signed(
+    key: &NodeKey,
+    profile: &CertProfile,
+    now: SystemTime,
+    lifetime: Duration,
+) -> Result<String, PkiError> {
+    let (cn, o) = profile.subject();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::OrganizationName, o);
+    dn.push(DnType::CommonName, cn);
+    let mut params = CertificateParams::default();
+    params.distinguished_name = dn;
+    let err = |source| PkiError::Csr {
+        node: profile.node.clone(),
+        source,
+    };
+    for name in &profile.sans.dns {
+        let name = name.clone().try_into().map_err(err)?;
+        params.subject_alt_names.push(SanType::DnsName(name));
+    }
+    for ip in &profile.sans.ips {
+        params.subject_alt_names.push(SanType::IpAddress(*ip));
+    }
+    params.not_before = now.into();
+    params.not_after = (now + lifetime).into();
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
+    params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
+    params
+        .self_signed(&key.0)
+        .map(|cert| cert.pem())
+        .map_err(err)
+}
+
 /// client-go's `digestedName`: the CSR name as a function of key, subject and usages (and,
 /// for a serving certificate, its SANs, so a new address means a new CSR), so a restarted
 /// agent finds its own pending CSR. Deterministic for a key and profile.
