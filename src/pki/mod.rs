@@ -159,28 +159,39 @@ pub fn node_subject(node: &str) -> (String, String) {
 /// CN=system:node:NODE, and the profile's DNS and IP SANs (none for the client
 /// certificate, which then has no extension request at all).
 pub fn csr_pem(key: &NodeKey, profile: &CertProfile) -> Result<String, PkiError> {
+    params_for(profile)?
+        .serialize_request(&key.0)
+        .and_then(|csr| csr.pem())
+        .map_err(|source| csr_error(profile, source))
+}
+
+/// Subject (O before CN, as Go's pkix.Name writes it, mirroring the kubelet's request) and
+/// the profile's DNS and IP SANs: what a request asks for and a placeholder carries.
+fn params_for(profile: &CertProfile) -> Result<CertificateParams, PkiError> {
     let (cn, o) = profile.subject();
     let mut dn = DistinguishedName::new();
-    // Go's pkix.Name puts O before CN; mirror the kubelet's request.
     dn.push(DnType::OrganizationName, o);
     dn.push(DnType::CommonName, cn);
     let mut params = CertificateParams::default();
     params.distinguished_name = dn;
-    let csr_err = |source| PkiError::Csr {
-        node: profile.node.clone(),
-        source,
-    };
     for name in &profile.sans.dns {
-        let name = name.clone().try_into().map_err(csr_err)?;
+        let name = name
+            .clone()
+            .try_into()
+            .map_err(|source| csr_error(profile, source))?;
         params.subject_alt_names.push(SanType::DnsName(name));
     }
     for ip in &profile.sans.ips {
         params.subject_alt_names.push(SanType::IpAddress(*ip));
     }
-    params
-        .serialize_request(&key.0)
-        .and_then(|csr| csr.pem())
-        .map_err(csr_err)
+    Ok(params)
+}
+
+fn csr_error(profile: &CertProfile, source: rcgen::Error) -> PkiError {
+    PkiError::Csr {
+        node: profile.node.clone(),
+        source,
+    }
 }
 
 /// A self-signed certificate for `profile`'s subject and SANs, valid from `now` for
@@ -193,23 +204,7 @@ pub fn self_signed(
     now: SystemTime,
     lifetime: Duration,
 ) -> Result<String, PkiError> {
-    let (cn, o) = profile.subject();
-    let mut dn = DistinguishedName::new();
-    dn.push(DnType::OrganizationName, o);
-    dn.push(DnType::CommonName, cn);
-    let mut params = CertificateParams::default();
-    params.distinguished_name = dn;
-    let err = |source| PkiError::Csr {
-        node: profile.node.clone(),
-        source,
-    };
-    for name in &profile.sans.dns {
-        let name = name.clone().try_into().map_err(err)?;
-        params.subject_alt_names.push(SanType::DnsName(name));
-    }
-    for ip in &profile.sans.ips {
-        params.subject_alt_names.push(SanType::IpAddress(*ip));
-    }
+    let mut params = params_for(profile)?;
     params.not_before = now.into();
     params.not_after = (now + lifetime).into();
     params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
@@ -217,7 +212,7 @@ pub fn self_signed(
     params
         .self_signed(&key.0)
         .map(|cert| cert.pem())
-        .map_err(err)
+        .map_err(|source| csr_error(profile, source))
 }
 
 /// client-go's `digestedName`: the CSR name as a function of key, subject and usages (and,
