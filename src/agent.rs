@@ -20,8 +20,25 @@ use crate::runtime::health::Health;
 use crate::runtime::report;
 use crate::runtime::{notify, shutdown, telemetry};
 
+/// Test-only switches, from hidden flags (never from the config file), kept out of
+/// `Settings` so nothing a node is configured with can reach them.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TestHooks {
+    /// `--test-wedge-lease-after`: the Lease loop stops making progress after this long, so
+    /// tests can prove the systemd watchdog restarts a wedged agent.
+    pub wedge_lease_after: Option<std::time::Duration>,
+}
+
+impl From<&cli::Flags> for TestHooks {
+    fn from(flags: &cli::Flags) -> Self {
+        Self {
+            wedge_lease_after: flags.test_wedge_lease_after,
+        }
+    }
+}
+
 /// Run until SIGTERM/SIGINT. Returns an error only when the agent cannot start.
-pub async fn run(settings: Settings) -> Result<(), Error> {
+pub async fn run(settings: Settings, hooks: TestHooks) -> Result<(), Error> {
     let health = Health::new(settings.renew_lease);
     let (trigger, shutdown) = shutdown::channel();
     let notifier = tokio::spawn(notify::run(health.clone(), shutdown.clone()));
@@ -63,7 +80,7 @@ pub async fn run(settings: Settings) -> Result<(), Error> {
     // Every loop uses the newest client; rotation publishes a new one here.
     let (clients_tx, clients) = watch::channel(creds.client.clone());
     let mut live = settings.clone();
-    let mut lease = LeaseTask::start(&live, &clients, &health);
+    let mut lease = LeaseTask::start(&live, &clients, &health, hooks);
     // The serving certificate: its own loop, filed with the client certificate; never
     // part of readiness.
     let serving = settings.rotate_server_certificates.then(|| {
@@ -97,7 +114,7 @@ pub async fn run(settings: Settings) -> Result<(), Error> {
             Some(()) = recv(&mut hangups) => {
                 notify::reloading();
                 match reread() {
-                    Ok(new) => lease = apply(&mut live, new, lease, &clients, &health).await,
+                    Ok(new) => lease = apply(&mut live, new, lease, &clients, &health, hooks).await,
                     Err(e) => tracing::error!(error = %report(&e), "reload failed; keeping the running configuration"),
                 }
                 notify::reloaded(&health);
@@ -160,6 +177,7 @@ impl LeaseTask {
         settings: &Settings,
         clients: &watch::Receiver<ApiClient>,
         health: &Health,
+        hooks: TestHooks,
     ) -> Option<LeaseTask> {
         health.update(|s| s.lease.enabled = settings.renew_lease);
         if !settings.renew_lease {
@@ -169,9 +187,12 @@ impl LeaseTask {
         let (stop, shutdown) = shutdown::channel();
         let span = tracing::info_span!("lease", node = %settings.node_name);
         let handle = tokio::spawn(
-            LeaseLoop::from(settings)
-                .run(clients.clone(), health.clone(), shutdown)
-                .instrument(span),
+            LeaseLoop {
+                wedge_after: hooks.wedge_lease_after,
+                ..LeaseLoop::from(settings)
+            }
+            .run(clients.clone(), health.clone(), shutdown)
+            .instrument(span),
         );
         Some(LeaseTask { stop, handle })
     }
@@ -221,6 +242,7 @@ async fn apply(
     lease: Option<LeaseTask>,
     clients: &watch::Receiver<ApiClient>,
     health: &Health,
+    hooks: TestHooks,
 ) -> Option<LeaseTask> {
     let mut applied = Vec::new();
     if new.verbosity != live.verbosity {
@@ -249,7 +271,7 @@ async fn apply(
             task.stop(Instant::now() + live.lease_renew_interval, health)
                 .await;
         }
-        LeaseTask::start(&new, clients, health)
+        LeaseTask::start(&new, clients, health, hooks)
     } else {
         lease
     };
@@ -365,5 +387,4 @@ fn restore_restart_only(live: &mut Settings, running: &Settings) {
     live.csr_backoff_min = running.csr_backoff_min;
     live.csr_backoff_max = running.csr_backoff_max;
     live.csr_not_issued_warning = running.csr_not_issued_warning;
-    live.test_wedge_lease_after = running.test_wedge_lease_after;
 }

@@ -101,9 +101,6 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     pub log_format: LogFormat,
     pub verbosity: u8,
-    /// Test only (`--test-wedge-lease-after`, no file key): wedge the Lease loop after this.
-    /// Only compared with elapsed time, so it needs no cap.
-    pub test_wedge_lease_after: Option<Duration>,
 }
 
 /// Why the configuration is unusable. Display is one line naming the file and key, or flag.

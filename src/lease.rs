@@ -52,8 +52,9 @@ pub struct LeaseLoop {
     pub duration: Duration,
     pub owner_lookup: Duration,
     pub probe: Option<String>,
-    /// Test-only (`--test-wedge-lease-after`): stop making progress after this long, to
-    /// prove the watchdog restarts a wedged agent.
+    /// Test-only (`--test-wedge-lease-after`, set by the agent from `TestHooks`, never from
+    /// `Settings`): stop making progress after this long, to prove the watchdog restarts a
+    /// wedged agent.
     pub wedge_after: Option<Duration>,
 }
 
@@ -65,7 +66,7 @@ impl From<&Settings> for LeaseLoop {
             duration: s.lease_duration,
             owner_lookup: s.lease_owner_lookup_interval,
             probe: s.lease_health_probe.clone(),
-            wedge_after: s.test_wedge_lease_after,
+            wedge_after: None,
         }
     }
 }

@@ -39,7 +39,7 @@ fn main() -> ExitCode {
                 Ok(rt) => rt,
                 Err(e) => return fail(&e),
             };
-            match runtime.block_on(agent::run(settings)) {
+            match runtime.block_on(agent::run(settings, agent::TestHooks::from(&flags))) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(&e),
             }

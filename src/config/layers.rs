@@ -143,7 +143,6 @@ impl Settings {
                 f.verbosity,
                 DEFAULT_VERBOSITY,
             ),
-            test_wedge_lease_after: fl.test_wedge_lease_after,
         };
         Ok((s, at))
     }
