@@ -1,0 +1,115 @@
+//! The folder layout is the architecture: every import points down a layer, and no module
+//! imports one that imports it back. Read from the sources (test code excluded), so a new
+//! `use crate::…` that breaks the layering fails here, not in a review.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// Each top-level module of `src/` → the top-level modules its non-test code names.
+fn imports() -> BTreeMap<String, BTreeSet<String>> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut stack = vec![root.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let rel = path.strip_prefix(&root).unwrap();
+            let name = rel.to_string_lossy();
+            if !name.ends_with(".rs") || name.ends_with("tests.rs") || name.contains("/tests/") {
+                continue;
+            }
+            let top = rel
+                .components()
+                .next()
+                .unwrap()
+                .as_os_str()
+                .to_string_lossy()
+                .trim_end_matches(".rs")
+                .to_string();
+            let text = std::fs::read_to_string(&path).unwrap();
+            let code = text.split("#[cfg(test)]").next().unwrap_or("");
+            let deps = graph.entry(top.clone()).or_default();
+            for (i, _) in code.match_indices("crate::") {
+                let rest = &code[i + "crate::".len()..];
+                let dep: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if !dep.is_empty() && dep != top {
+                    deps.insert(dep);
+                }
+            }
+        }
+    }
+    graph
+}
+
+/// A cycle through `start`, if there is one.
+fn cycle_from(
+    graph: &BTreeMap<String, BTreeSet<String>>,
+    start: &str,
+    at: &str,
+    path: &mut Vec<String>,
+) -> Option<Vec<String>> {
+    for next in graph.get(at).into_iter().flatten() {
+        if next == start {
+            let mut found = path.clone();
+            found.push(next.clone());
+            return Some(found);
+        }
+        if !path.contains(next) {
+            path.push(next.clone());
+            if let Some(c) = cycle_from(graph, start, next, path) {
+                return Some(c);
+            }
+            path.pop();
+        }
+    }
+    None
+}
+
+#[test]
+fn no_module_imports_one_that_imports_it_back() {
+    let graph = imports();
+    for start in graph.keys() {
+        let mut path = vec![start.clone()];
+        if let Some(cycle) = cycle_from(&graph, start, start, &mut path) {
+            panic!("import cycle: {}", cycle.join(" -> "));
+        }
+    }
+}
+
+#[test]
+fn every_import_points_down_a_layer() {
+    // Bottom to top. Imports within a layer are fine while they make no cycle (above).
+    let layer = |m: &str| match m {
+        "runtime" | "pki" | "checkid" | "defaults" => 0,
+        "api" | "cli" | "config" => 1,
+        "identity" | "lease" => 2,
+        "doctor" | "agent" | "error" => 3,
+        "lib" | "main" => 4,
+        other => panic!("src/{other}: put the new module in a layer here"),
+    };
+    let graph = imports();
+    for (module, deps) in &graph {
+        for dep in deps {
+            assert!(
+                layer(dep) <= layer(module),
+                "{module} (layer {}) imports {dep} (layer {}): imports point down",
+                layer(module),
+                layer(dep)
+            );
+        }
+    }
+    // The bottom layer is leaves: runtime names only the check ids, pki nothing of ours.
+    assert!(
+        graph["runtime"].iter().all(|d| d == "checkid"),
+        "runtime imports {:?}",
+        graph["runtime"]
+    );
+    assert!(graph["pki"].is_empty(), "pki imports {:?}", graph["pki"]);
+}
