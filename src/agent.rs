@@ -9,6 +9,7 @@ use tracing::Instrument;
 
 use crate::api::{ApiClient, ClientOptions};
 use crate::cli::{self, Command};
+use crate::config::reload::{self, Reload};
 use crate::config::{format_duration, ConfigError, Settings};
 use crate::error::Error;
 use crate::identity::bootstrap::Bootstrap;
@@ -233,9 +234,9 @@ fn reread() -> Result<Settings, ReloadError> {
     }
 }
 
-/// Applies what can change live: the log level and the Lease loop (renewLease,
-/// leaseRenewInterval, leaseDuration, leaseHealthProbe, leaseOwnerLookupInterval: the loop
-/// is restarted with them) and shutdownGrace. Anything else is logged as needing a restart.
+/// Applies a reloaded configuration by each setting's policy in `config::reload::TABLE`:
+/// `Live` ones at once (the log level, shutdownGrace), `LeaseLoop` ones by restarting the
+/// Lease loop with them, `Restart` ones logged as needing a restart and kept as they run.
 async fn apply(
     live: &mut Settings,
     new: Settings,
@@ -258,7 +259,8 @@ async fn apply(
             format_duration(new.shutdown_grace)
         ));
     }
-    let lease_changed = lease_knobs(&new) != lease_knobs(live);
+    let changed = reload::changed(live, &new);
+    let lease_changed = changed.iter().any(|(_, p)| *p == Reload::LeaseLoop);
     let lease = if lease_changed {
         applied.push(format!(
             "renewLease={} leaseRenewInterval={} leaseDuration={} leaseHealthProbe={}",
@@ -275,7 +277,11 @@ async fn apply(
     } else {
         lease
     };
-    let restart = needs_restart(live, &new);
+    let restart: Vec<&str> = changed
+        .iter()
+        .filter(|(_, p)| *p == Reload::Restart)
+        .map(|(key, _)| *key)
+        .collect();
     if !restart.is_empty() {
         tracing::warn!(
             keys = %restart.join(", "),
@@ -290,101 +296,6 @@ async fn apply(
     tracing::info!(%applied, "configuration reloaded");
     // Keep the settings that need a restart as they run, so the warning repeats until then.
     let kept = std::mem::replace(live, new);
-    restore_restart_only(live, &kept);
+    reload::keep_restart_only(live, &kept);
     lease
-}
-
-type LeaseKnobs<'a> = (
-    bool,
-    std::time::Duration,
-    std::time::Duration,
-    Option<&'a str>,
-    std::time::Duration,
-);
-
-fn lease_knobs(s: &Settings) -> LeaseKnobs<'_> {
-    (
-        s.renew_lease,
-        s.lease_renew_interval,
-        s.lease_duration,
-        s.lease_health_probe.as_deref(),
-        s.lease_owner_lookup_interval,
-    )
-}
-
-/// The file keys whose change only a restart applies (paths, identity, rotation, CSR).
-fn needs_restart(old: &Settings, new: &Settings) -> Vec<&'static str> {
-    let mut keys = Vec::new();
-    let mut check = |changed: bool, key| {
-        if changed {
-            keys.push(key)
-        }
-    };
-    check(
-        old.bootstrap_kubeconfig != new.bootstrap_kubeconfig,
-        "bootstrapKubeconfig",
-    );
-    check(old.kubeconfig != new.kubeconfig, "kubeconfig");
-    check(old.cert_dir != new.cert_dir, "certDir");
-    check(old.node_name != new.node_name, "nodeName");
-    check(
-        old.rotate_certificates != new.rotate_certificates,
-        "rotateCertificates",
-    );
-    check(
-        old.rotation_fraction != new.rotation_fraction,
-        "rotationFraction",
-    );
-    check(old.rotation_jitter != new.rotation_jitter, "rotationJitter");
-    check(old.csr_timeout != new.csr_timeout, "csrTimeout");
-    check(
-        old.metrics_bind_address != new.metrics_bind_address,
-        "metricsBindAddress",
-    );
-    check(
-        old.rotate_server_certificates != new.rotate_server_certificates,
-        "serverTLSBootstrap",
-    );
-    check(old.node_ips != new.node_ips, "nodeIP");
-    check(old.tls_sans != new.tls_sans, "tlsSAN");
-    check(
-        old.keep_certificates != new.keep_certificates,
-        "keepCertificates",
-    );
-    check(
-        old.allow_insecure_kubeconfig != new.allow_insecure_kubeconfig,
-        "allowInsecureKubeconfig",
-    );
-    check(old.log_format != new.log_format, "logFormat");
-    check(
-        (old.csr_backoff_min, old.csr_backoff_max) != (new.csr_backoff_min, new.csr_backoff_max),
-        "csrBackoffMin/csrBackoffMax",
-    );
-    check(
-        old.csr_not_issued_warning != new.csr_not_issued_warning,
-        "csrNotIssuedWarning",
-    );
-    keys
-}
-
-/// Copies the restart-only settings from `running` back into `live`.
-fn restore_restart_only(live: &mut Settings, running: &Settings) {
-    live.bootstrap_kubeconfig = running.bootstrap_kubeconfig.clone();
-    live.kubeconfig = running.kubeconfig.clone();
-    live.cert_dir = running.cert_dir.clone();
-    live.node_name = running.node_name.clone();
-    live.rotate_certificates = running.rotate_certificates;
-    live.rotation_fraction = running.rotation_fraction;
-    live.rotation_jitter = running.rotation_jitter;
-    live.csr_timeout = running.csr_timeout;
-    live.metrics_bind_address = running.metrics_bind_address;
-    live.rotate_server_certificates = running.rotate_server_certificates;
-    live.node_ips = running.node_ips.clone();
-    live.tls_sans = running.tls_sans.clone();
-    live.keep_certificates = running.keep_certificates;
-    live.allow_insecure_kubeconfig = running.allow_insecure_kubeconfig;
-    live.log_format = running.log_format;
-    live.csr_backoff_min = running.csr_backoff_min;
-    live.csr_backoff_max = running.csr_backoff_max;
-    live.csr_not_issued_warning = running.csr_not_issued_warning;
 }

@@ -15,6 +15,7 @@ use crate::runtime::telemetry::LogFormat;
 pub use crate::runtime::duration::{format_duration, parse_duration, DurationError};
 
 mod layers;
+pub mod reload;
 
 pub use crate::defaults::*;
 
@@ -56,8 +57,10 @@ pub struct FileConfig {
     #[serde(skip_serializing_if = "Option::is_none")] pub shutdown_grace: Option<String>,
 }
 
-/// The validated configuration every job is built from. Paths are absolute.
+/// The validated configuration every job is built from. Paths are absolute. Each field's
+/// reload policy is in [`reload::TABLE`].
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(test, derive(Serialize))]
 pub struct Settings {
     pub bootstrap_kubeconfig: PathBuf,
     pub kubeconfig: PathBuf,

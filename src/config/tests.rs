@@ -27,6 +27,11 @@ fn settings(yaml: Option<&str>, args: &[&str]) -> Result<Settings, ConfigError> 
     }
 }
 
+/// Default settings (node `n1`), for other modules' tests.
+pub(crate) fn settings_for_tests() -> Settings {
+    settings(None, &[]).unwrap()
+}
+
 fn err(yaml: Option<&str>, args: &[&str]) -> String {
     let e = settings(yaml, args)
         .expect_err("should be rejected")
