@@ -3,7 +3,7 @@
 //! provider, HTTP/2 by ALPN, and the client certificate when that is our identity.
 //! It does not read files; the kubeconfig module hands it PEM.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use reqwest::header::HeaderValue;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
@@ -23,30 +23,11 @@ pub fn client_config(
     credential: &Credential,
     server_name: Option<&ServerName<'static>>,
 ) -> Result<(ClientConfig, Identity, Option<HeaderValue>), String> {
-    let mut roots = RootCertStore::empty();
-    for cert in certs(ca_pem)? {
-        roots
-            .add(cert)
-            .map_err(|e| format!("the cluster CA is not a usable trust root: {e}"))?;
-    }
-    if roots.is_empty() {
-        return Err("the cluster CA bundle holds no certificate".into());
-    }
     let builder = match server_name {
-        None => builder()?.with_root_certificates(roots),
-        Some(name) => {
-            let provider = Arc::new(rustls::crypto::ring::default_provider());
-            let inner = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
-                .build()
-                .map_err(|e| format!("the cluster CA is not a usable trust root: {e}"))?;
-            let verifier = Arc::new(ExpectedName {
-                inner,
-                name: name.clone(),
-            });
-            builder()?
-                .dangerous()
-                .with_custom_certificate_verifier(verifier)
-        }
+        None => builder()?.with_root_certificates(roots(ca_pem)?),
+        Some(name) => builder()?
+            .dangerous()
+            .with_custom_certificate_verifier(verifier(ca_pem, Some(name.clone()), None)?),
     };
     let (mut config, identity, header) = match credential {
         Credential::ClientCert { chain_pem, key } => {
@@ -82,6 +63,35 @@ pub fn builder() -> Result<rustls::ConfigBuilder<ClientConfig, rustls::WantsVeri
         .map_err(|e| e.to_string())
 }
 
+/// The cluster CA bundle as rustls trust roots; an empty or unusable bundle is an error.
+fn roots(ca_pem: &[u8]) -> Result<RootCertStore, String> {
+    let mut roots = RootCertStore::empty();
+    for cert in certs(ca_pem)? {
+        roots
+            .add(cert)
+            .map_err(|e| format!("the cluster CA is not a usable trust root: {e}"))?;
+    }
+    if roots.is_empty() {
+        return Err("the cluster CA bundle holds no certificate".into());
+    }
+    Ok(roots)
+}
+
+/// The cluster CA's own verifier, wrapped in [`CaVerifier`]: checked against `name` when
+/// given (`tls-server-name`), and remembering the chain the server sent in `seen` when
+/// given (doctor shows its CA pin when it does not verify).
+pub fn verifier(
+    ca_pem: &[u8],
+    name: Option<ServerName<'static>>,
+    seen: Option<Arc<Mutex<Vec<Vec<u8>>>>>,
+) -> Result<Arc<CaVerifier>, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let inner = WebPkiServerVerifier::builder_with_provider(Arc::new(roots(ca_pem)?), provider)
+        .build()
+        .map_err(|e| format!("the cluster CA is not a usable trust root: {e}"))?;
+    Ok(Arc::new(CaVerifier { inner, name, seen }))
+}
+
 fn certs(pem: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
     rustls_pemfile::certs(&mut &pem[..])
         .collect::<Result<Vec<_>, _>>()
@@ -110,26 +120,36 @@ fn cert_identity(chain_pem: &str) -> Identity {
     }
 }
 
-/// The cluster CA's own verification (chain, validity, signatures), checked against the
-/// configured name instead of the host the connection was opened to. Nothing is relaxed:
-/// only which name the certificate must carry changes, as Go's `tls.Config.ServerName`.
+/// The cluster CA's own verification (chain, validity, signatures); nothing is relaxed.
+/// With `name`, the certificate is checked against it instead of the host the connection
+/// was opened to (Go's `tls.Config.ServerName`); with `seen`, the chain the server sent is
+/// remembered, whatever the verdict.
 #[derive(Debug)]
-struct ExpectedName {
+pub struct CaVerifier {
     inner: Arc<WebPkiServerVerifier>,
-    name: ServerName<'static>,
+    name: Option<ServerName<'static>>,
+    seen: Option<Arc<Mutex<Vec<Vec<u8>>>>>,
 }
 
-impl ServerCertVerifier for ExpectedName {
+impl ServerCertVerifier for CaVerifier {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
         intermediates: &[CertificateDer<'_>],
-        _dialed: &ServerName<'_>,
+        dialed: &ServerName<'_>,
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
+        if let Some(seen) = &self.seen {
+            let chain = std::iter::once(end_entity)
+                .chain(intermediates)
+                .map(|c| c.to_vec())
+                .collect();
+            *seen.lock().unwrap_or_else(|e| e.into_inner()) = chain;
+        }
+        let name = self.name.as_ref().unwrap_or(dialed);
         self.inner
-            .verify_server_cert(end_entity, intermediates, &self.name, ocsp_response, now)
+            .verify_server_cert(end_entity, intermediates, name, ocsp_response, now)
     }
 
     fn verify_tls12_signature(

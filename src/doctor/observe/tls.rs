@@ -5,10 +5,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::client::WebPkiServerVerifier;
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::pki_types::ServerName;
+use rustls::CertificateError;
 use sha2::{Digest as _, Sha256};
 use tokio::net::TcpStream;
 
@@ -85,19 +83,8 @@ pub async fn handshake(
     };
     let name = ServerName::try_from(host).map_err(|e| protocol(e.to_string()))?;
     let anchors = pem_certs(ca_pem);
-    let mut roots = RootCertStore::empty();
-    for der in &anchors {
-        let _ = roots.add(CertificateDer::from(der.clone()));
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let inner = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
-        .build()
-        .map_err(|e| protocol(format!("the kubeconfig CA is not a usable trust root: {e}")))?;
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let verifier = Arc::new(Recording {
-        inner,
-        seen: seen.clone(),
-    });
+    let verifier = tls::verifier(ca_pem, None, Some(seen.clone())).map_err(protocol)?;
     let config = tls::builder()
         .map_err(protocol)?
         .dangerous()
@@ -169,52 +156,4 @@ fn host_port(server: &str) -> Result<(String, u16), String> {
         .trim_end_matches(']')
         .to_string();
     Ok((host, url.port_or_known_default().unwrap_or(443)))
-}
-
-/// Delegates every decision to the webpki verifier; only remembers what it was shown.
-#[derive(Debug)]
-struct Recording {
-    inner: Arc<WebPkiServerVerifier>,
-    seen: Arc<Mutex<Vec<Vec<u8>>>>,
-}
-
-impl ServerCertVerifier for Recording {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        let chain = std::iter::once(end_entity)
-            .chain(intermediates)
-            .map(|c| c.to_vec())
-            .collect();
-        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = chain;
-        self.inner
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.inner.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.inner.supported_verify_schemes()
-    }
 }
