@@ -1,7 +1,11 @@
 //! The command line as users and scripts see it: `--help` snapshots, `version`, and the
 //! one-line failures with a non-zero exit for bad flags and config files.
 
+mod support;
+
 use std::process::Command;
+
+use support::snapshot;
 
 fn bootlet(args: &[&str]) -> (Option<i32>, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_bootlet"))
@@ -14,22 +18,6 @@ fn bootlet(args: &[&str]) -> (Option<i32>, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
-}
-
-/// Compare with `tests/snapshots/NAME`; `UPDATE_SNAPSHOTS=1` rewrites it.
-fn snapshot(name: &str, actual: &str) {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/snapshots")
-        .join(name);
-    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_default();
-    assert_eq!(
-        actual, expected,
-        "{name} changed; rerun with UPDATE_SNAPSHOTS=1 if intended"
-    );
 }
 
 #[test]

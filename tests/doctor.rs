@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use serde_json::Value;
-use support::{path, NodeDir};
+use support::{path, snapshot, NodeDir};
 use testplane::{Approval, Signer, TestPlane};
 
 const NODE: &str = "node-1";
@@ -814,22 +814,6 @@ async fn a_server_that_hangs_after_tls_ends_the_run_within_10s() {
     eprintln!("hanging HTTP: doctor took {:?}", run.took);
     tp.faults().clear();
     tp.shutdown().await;
-}
-
-/// Compare with `tests/snapshots/NAME`; `UPDATE_SNAPSHOTS=1` rewrites it.
-fn snapshot(name: &str, actual: &str) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/snapshots")
-        .join(name);
-    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
-        std::fs::write(&path, actual).unwrap();
-        return;
-    }
-    let expected = std::fs::read_to_string(&path).unwrap_or_default();
-    assert_eq!(
-        actual, expected,
-        "{name} changed; rerun with UPDATE_SNAPSHOTS=1 if intended"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,9 +8,8 @@ mod support;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use base64::Engine;
 use rcgen::SanType;
-use serde_json::{json, Value};
+use serde_json::Value;
 use support::*;
 use testplane::{Approval, Event, TestPlane, KUBELET_SERVING_SIGNER};
 use x509_parser::extensions::GeneralName;
@@ -40,20 +39,7 @@ fn serving_csr(cn: &str, orgs: &[&str], sans: Vec<SanType>) -> String {
 }
 
 fn serving_body(name: &str, pem: &str, usages: &[&str], expiration: Option<i64>) -> Value {
-    let mut v = json!({
-        "apiVersion": "certificates.k8s.io/v1",
-        "kind": "CertificateSigningRequest",
-        "metadata": {"name": name},
-        "spec": {
-            "request": base64::engine::general_purpose::STANDARD.encode(pem),
-            "signerName": KUBELET_SERVING_SIGNER,
-            "usages": usages,
-        }
-    });
-    if let Some(e) = expiration {
-        v["spec"]["expirationSeconds"] = e.into();
-    }
-    v
+    csr_body_for(KUBELET_SERVING_SIGNER, name, pem, usages, expiration)
 }
 
 /// An API client authenticated as node `node` (client cert from the cluster CA).

@@ -243,3 +243,19 @@ pub async fn plane(ttl: Duration) -> TestPlane {
         .await
         .expect("start testplane")
 }
+
+/// Compare with `tests/snapshots/NAME`; `UPDATE_SNAPSHOTS=1` rewrites it.
+pub fn snapshot(name: &str, actual: &str) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/snapshots")
+        .join(name);
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&path, actual).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_default();
+    assert_eq!(
+        actual, expected,
+        "{name} changed; rerun with UPDATE_SNAPSHOTS=1 if intended"
+    );
+}

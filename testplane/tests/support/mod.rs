@@ -127,13 +127,24 @@ pub fn node_csr(cn: &str, orgs: &[&str]) -> (rcgen::KeyPair, String) {
 }
 
 pub fn csr_body(name: &str, csr_pem: &str, usages: &[&str], expiration: Option<i64>) -> Value {
+    csr_body_for(SIGNER, name, csr_pem, usages, expiration)
+}
+
+/// A CSR object for any signer.
+pub fn csr_body_for(
+    signer: &str,
+    name: &str,
+    csr_pem: &str,
+    usages: &[&str],
+    expiration: Option<i64>,
+) -> Value {
     let mut v = json!({
         "apiVersion": "certificates.k8s.io/v1",
         "kind": "CertificateSigningRequest",
         "metadata": {"name": name},
         "spec": {
             "request": base64::engine::general_purpose::STANDARD.encode(csr_pem),
-            "signerName": SIGNER,
+            "signerName": signer,
             "usages": usages,
         }
     });
