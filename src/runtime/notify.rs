@@ -2,6 +2,8 @@
 //! RELOADING=1 and STOPPING=1 over `NOTIFY_SOCKET`. A no-op without `NOTIFY_SOCKET`. It
 //! decides nothing about the agent's state; it only reports it (and withholds pings).
 
+use std::borrow::Cow;
+use std::fmt::Write as _;
 use std::os::unix::net::UnixDatagram;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
@@ -221,8 +223,14 @@ fn send(states: &[NotifyState<'_>]) {
 fn message(states: &[NotifyState<'_>]) -> String {
     let mut msg = String::new();
     for state in states {
-        let line = state.to_string();
-        msg.push_str(&crate::runtime::text::one_line(&line));
+        // Formatted in place; only a line that needs escaping is copied (one per renewal
+        // rides here under systemd, so the clean case allocates nothing extra).
+        let start = msg.len();
+        let _ = write!(msg, "{state}");
+        if let Cow::Owned(safe) = crate::runtime::text::one_line(&msg[start..]) {
+            msg.truncate(start);
+            msg.push_str(&safe);
+        }
         msg.push('\n');
     }
     msg

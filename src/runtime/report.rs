@@ -16,7 +16,10 @@ pub fn report(err: &(dyn StdError + 'static)) -> String {
         }
         next = cause.source();
     }
-    crate::runtime::text::one_line(&out).into_owned()
+    match crate::runtime::text::one_line(&out) {
+        std::borrow::Cow::Owned(safe) => safe,
+        std::borrow::Cow::Borrowed(_) => out,
+    }
 }
 
 #[cfg(test)]
