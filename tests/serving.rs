@@ -331,3 +331,52 @@ async fn a_new_node_ip_files_a_new_serving_csr() {
     let (status, log) = agent.terminate().await;
     assert!(status.success(), "{log}");
 }
+
+/// A persistent refusal (every serving CSR denied) backs off by the contract's CSR back-off
+/// (at least 1 min): counted in a 10 s window, not a CSR per second.
+#[tokio::test]
+async fn denied_serving_csrs_back_off_instead_of_looping() {
+    let tp = TestPlane::builder()
+        .cert_ttl(HOUR)
+        .serving_approval(Approval::Deny {
+            reason: "NotThisNode".into(),
+        })
+        .start()
+        .await
+        .unwrap();
+    let mut events = tp.events();
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let agent = Agent::spawn(&args(&node, "srv-7", &["--node-ip", "127.0.0.1"]));
+    next_serving_csr(&mut events).await;
+    let line = agent
+        .wait_for_log("the serving certificate was not issued")
+        .await;
+    assert!(
+        line.contains("NotThisNode") && line.contains("retry_in=1m"),
+        "{line}"
+    );
+    let (requests, lines) = (tp.requests().len(), agent.log().lines().count());
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let csr_posts = tp
+        .requests()
+        .iter()
+        .skip(requests)
+        .filter(|r| r.method == "POST" && r.path.contains("certificatesigningrequests"))
+        .count();
+    let log = agent.log();
+    let loud = log
+        .lines()
+        .skip(lines)
+        .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+        .count();
+    assert_eq!(csr_posts, 0, "a new serving CSR within 10 s of a denial");
+    assert_eq!(loud, 0, "warnings in the 10 s after the denial:\n{log}");
+    let serving = tp
+        .csrs()
+        .into_iter()
+        .filter(|c| c.spec.signer_name == SERVING)
+        .count();
+    assert_eq!(serving, 1);
+    let (status, log) = agent.terminate().await;
+    assert!(status.success(), "{log}");
+}
