@@ -17,6 +17,7 @@ use crate::identity::rotation::Rotation;
 use crate::identity::sans;
 use crate::identity::serving::{self, Serving};
 use crate::lease::{self, LeaseLoop};
+use crate::metrics::{server, METRICS};
 use crate::runtime::health::Health;
 use crate::runtime::report;
 use crate::runtime::{notify, shutdown, telemetry};
@@ -43,6 +44,14 @@ pub async fn run(settings: Settings, hooks: TestHooks) -> Result<(), Error> {
     let health = Health::new(settings.renew_lease);
     let (trigger, shutdown) = shutdown::channel();
     let notifier = tokio::spawn(notify::run(health.clone(), shutdown.clone()));
+    // Up before bootstrap: /readyz says why the node is not ready yet.
+    if let Some(listener) = settings.metrics_bind_address.and_then(server::bind) {
+        let endpoints = server::Endpoints {
+            health: health.clone(),
+            serving: settings.rotate_server_certificates,
+        };
+        tokio::spawn(server::serve(listener, endpoints, shutdown.clone()));
+    }
     // Installed before bootstrap so an early signal is queued, not fatal.
     let mut signals = shutdown::stop_signals();
     let mut hangups = shutdown::hangups();
@@ -181,6 +190,7 @@ impl LeaseTask {
         hooks: TestHooks,
     ) -> Option<LeaseTask> {
         health.update(|s| s.lease.enabled = settings.renew_lease);
+        METRICS.lease_duration_setting(settings.lease_duration);
         if !settings.renew_lease {
             tracing::info!("--renew-lease=false: the Lease is left to the kubelet");
             return None;

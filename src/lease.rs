@@ -14,6 +14,7 @@ use tokio::time::Instant;
 use crate::api::conn::Connection;
 use crate::api::{self, ApiClient};
 use crate::config::Settings;
+use crate::metrics::METRICS;
 use crate::runtime::backoff::Backoff;
 use crate::runtime::health::Health;
 use crate::runtime::report;
@@ -192,6 +193,7 @@ impl LeaseLoop {
             // Bounded on the loop's own timerfd (re-armed for the next slot right after), so
             // a renewal arms no timer in the runtime.
             let budget = attempt_budget(interval, conn.request_timeout());
+            let started = Instant::now();
             let result = tokio::select! {
                 result = r.renew_in_period(&mut conn, at + interval) => result,
                 () = ticker.sleep_until(at + budget) => Err(RenewError::NoAnswer {
@@ -199,6 +201,7 @@ impl LeaseLoop {
                     within: budget,
                 }),
             };
+            METRICS.lease_renewal(result.is_ok(), started.elapsed());
             match result {
                 Ok(()) => {
                     if war_until.take().is_some() {

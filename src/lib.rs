@@ -14,5 +14,6 @@ pub mod doctor;
 pub mod error;
 pub mod identity;
 pub mod lease;
+pub mod metrics;
 pub mod pki;
 pub mod runtime;

@@ -39,6 +39,7 @@ use super::{
     TCP_KEEPALIVE_PROBES, TCP_USER_TIMEOUT,
 };
 use crate::api::kubeconfig::ProxyUrl;
+use crate::metrics::METRICS;
 
 /// A connection of its own, opened on first use and after any exchange that did not
 /// complete. Not `Clone`: one caller, one request at a time.
@@ -150,14 +151,17 @@ impl Connection {
         }
         let mut sender = match reused {
             Some(sender) => sender,
-            None => open(target, &self.tls, &self.client)
-                .await
-                .map_err(|e| self.client.transport(&method, path, e))?,
+            None => match open(target, &self.tls, &self.client).await {
+                Ok(sender) => sender,
+                Err(e) => {
+                    METRICS.api_request(method.as_str(), None);
+                    return Err(self.client.transport(&method, path, e));
+                }
+            },
         };
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(|e| self.client.transport(&method, path, e.into()))?;
+        let response = sender.send_request(request).await;
+        METRICS.api_request(method.as_str(), response.as_ref().ok().map(|r| r.status()));
+        let response = response.map_err(|e| self.client.transport(&method, path, e.into()))?;
         let (head, body) = response.into_parts();
         let limit = self.client.inner.opts.max_body;
         let bytes = match Limited::new(body, limit).collect().await {

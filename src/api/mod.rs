@@ -24,6 +24,7 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use crate::api::kubeconfig::{Credential, ProxyUrl, ToServer};
+use crate::metrics::METRICS;
 use crate::runtime::backoff::Backoff;
 
 use error::synthetic_status;
@@ -239,10 +240,9 @@ impl ApiClient {
             req = req.header(CONTENT_TYPE, "application/json").body(json);
         }
         tracing::trace!(%method, path, "request");
-        let resp = req
-            .send()
-            .await
-            .map_err(|source| self.transport(&method, path, source.into()))?;
+        let resp = req.send().await;
+        METRICS.api_request(method.as_str(), resp.as_ref().ok().map(|r| r.status()));
+        let resp = resp.map_err(|source| self.transport(&method, path, source.into()))?;
         let code = resp.status();
         tracing::trace!(%method, path, code = code.as_u16(), "response");
         self.observe_date(resp.headers().get(reqwest::header::DATE));

@@ -11,6 +11,7 @@ use crate::api::kubeconfig::{self, KubeconfigError};
 use crate::api::ApiClient;
 use crate::checkid::CheckId;
 use crate::identity::csr::{self, CsrError, Pending, Verdict, WaitOptions};
+use crate::metrics::{Profile, METRICS};
 use crate::pki::files::{CertDir, FilesError};
 use crate::pki::verify::{self, VerifyError};
 use crate::pki::{CertInfo, CertProfile, NodeKey, PkiError, PrivateKeyPem, Purpose};
@@ -152,7 +153,15 @@ impl Issuer {
     /// Pending key → CSR → approval → verification → files → publish, for `req.profile`.
     /// The pending key survives a timeout (the next attempt adopts the same CSR) and is
     /// dropped after a refusal (the next attempt files a new CSR with a fresh key).
+    /// Each pass is counted in the metrics by profile and outcome.
     pub async fn issue(&self, dir: &CertDir, req: Request<'_>) -> Result<Issued, IssueError> {
+        let profile = metrics_profile(req.profile);
+        let result = self.pipeline(dir, req).await;
+        METRICS.issued(profile, result.is_ok());
+        result
+    }
+
+    async fn pipeline(&self, dir: &CertDir, req: Request<'_>) -> Result<Issued, IssueError> {
         let profile = req.profile;
         let dir = dir.for_profile(profile);
         let key = pending_key(&dir)?;
@@ -170,6 +179,7 @@ impl Issuer {
         }
         tracing::info!(csr = %name, timeout = %health::human(req.wait_limit), "waiting for approval (approve with: kubectl certificate approve {name})");
         let since = SystemTime::now();
+        METRICS.csr_filed(metrics_profile(profile));
         let (issuer, csr_name) = (self.clone(), name.clone());
         let mut on_pending = move |p: Pending| {
             let csr = csr_name.clone();
@@ -186,6 +196,10 @@ impl Issuer {
             not_issued_warning: req.not_issued_warning,
         };
         let verdict = csr::wait(req.client, &name, &opts, &mut retry, &mut on_pending).await;
+        if verdict.is_ok() {
+            let waited = SystemTime::now().duration_since(since).unwrap_or_default();
+            METRICS.csr_answered(metrics_profile(profile), waited);
+        }
         let chain_pem = match verdict {
             Ok(Verdict::Issued { chain_pem }) => chain_pem,
             Ok(Verdict::Denied { reason, message }) => {
@@ -249,6 +263,14 @@ impl Issuer {
             Purpose::Client => self.health.set_bootstrap(state),
             Purpose::Serving => self.health.update(|s| s.serving = Some(state)),
         }
+    }
+}
+
+/// The metrics' name for a profile.
+pub fn metrics_profile(profile: &CertProfile) -> Profile {
+    match profile.purpose {
+        Purpose::Client => Profile::Client,
+        Purpose::Serving => Profile::Serving,
     }
 }
 

@@ -233,6 +233,7 @@ impl Rotation<'_> {
                     if let Err(e) = dir.remove_pending_key() {
                         tracing::warn!(error = %report(&e), "cannot remove the pending rotation key");
                     }
+                    crate::metrics::METRICS.csr_abandoned(crate::metrics::Profile::Client);
                 }
                 self.bootstrap.attempt(&dir).await
             } else {

@@ -16,10 +16,11 @@ use crate::config::Settings;
 use crate::identity::issue::{IssueError, Issuer, Publish, Request};
 use crate::identity::rotation::{deadline, draw_for, Retries};
 use crate::identity::sans;
+use crate::metrics::{Profile, METRICS};
 use crate::pki::files::CertDir;
 use crate::pki::verify::verify_issued;
 use crate::pki::{parse_cert_chain, CertInfo, CertProfile, NodeKey, Sans};
-use crate::runtime::health::{self, Health, State};
+use crate::runtime::health::{self, CertSummary, Health, State};
 use crate::runtime::report;
 use crate::runtime::shutdown::Shutdown;
 use crate::runtime::ticker::Ticker;
@@ -112,7 +113,13 @@ impl Serving {
             match result {
                 Ok(issued) => {
                     tracing::info!(serial = %issued.info.serial, not_after = %health::rfc3339(issued.info.not_after), sans = ?issued.info.sans, "the kubelet serves the new certificate once it re-reads kubelet-server-current.pem (kubelet 1.31+ does so on its own; older kubelets need `systemctl restart kubelet`)");
-                    self.health.update(|s| s.serving = Some(State::Installed));
+                    if let Some(previous) = &current {
+                        let lived = SystemTime::now()
+                            .duration_since(previous.not_before)
+                            .unwrap_or_default();
+                        METRICS.serving_rotated(lived);
+                    }
+                    self.installed_now(&issued.info);
                     current = Some(issued.info);
                     pending_since = None;
                     retries.reset();
@@ -129,6 +136,7 @@ impl Serving {
                         if let Err(e) = dir.remove_pending_key() {
                             tracing::warn!(error = %report(&e), "cannot remove the pending serving key");
                         }
+                        METRICS.csr_abandoned(Profile::Serving);
                         pending_since = None;
                     }
                 }
@@ -215,7 +223,7 @@ impl Serving {
         let profile = CertProfile::serving(&self.settings.node_name, leaf.sans.clone());
         match verify_issued(&chain, &key, &profile, &self.ca_pem, SystemTime::now()) {
             Ok(info) => {
-                self.health.update(|s| s.serving = Some(State::Installed));
+                self.installed_now(&info);
                 Some(info)
             }
             Err(e) => {
@@ -223,6 +231,20 @@ impl Serving {
                 None
             }
         }
+    }
+
+    /// A cluster-issued serving certificate is in place: into the snapshot (STATUS=, and
+    /// the TTL that /metrics exports).
+    fn installed_now(&self, info: &CertInfo) {
+        let summary = CertSummary {
+            serial: info.serial.clone(),
+            not_after: info.not_after,
+            rotate_at: None,
+        };
+        self.health.update(|s| {
+            s.serving = Some(State::Installed);
+            s.serving_cert = Some(summary);
+        });
     }
 
     fn report_failure(&self, e: &IssueError, delay: Duration) {

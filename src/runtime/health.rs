@@ -41,6 +41,8 @@ pub struct Snapshot {
     /// The serving certificate's issuance, when bootlet obtains one (never gates READY).
     pub serving: Option<State>,
     pub cert: Option<CertSummary>,
+    /// The cluster-issued serving certificate in use (not the self-signed placeholder).
+    pub serving_cert: Option<CertSummary>,
     pub lease: LeaseState,
 }
 
@@ -123,6 +125,7 @@ impl Health {
             bootstrap: State::Starting,
             serving: None,
             cert: None,
+            serving_cert: None,
             lease: LeaseState {
                 enabled: lease_enabled,
                 ..LeaseState::default()

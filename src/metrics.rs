@@ -1,0 +1,333 @@
+//! Prometheus metrics under the kubelet's own names (so kube-prometheus' certificate alerts
+//! and dashboards carry over unchanged) and bootlet's own, in the text exposition format
+//! through the `prometheus` crate (it keeps a counter's name as given, which the kubelet's
+//! legacy `…_renew_errors` counters need, and its process collector has the Go client's
+//! `process_*` names).
+//!
+//! Counting costs the loops nothing but atomics: counters and histograms are incremented
+//! in place, no task, timer or channel. Everything that is a function of time or of the
+//! health snapshot (TTLs, the Lease's last renewal, the certificate's expiry) is computed
+//! when `/metrics` is scraped, as the kubelet's `GaugeFunc`s are. The listener is in
+//! [`server`].
+
+use std::sync::LazyLock;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use prometheus::{
+    Encoder, Gauge, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
+    IntGaugeVec, Opts, Registry, TextEncoder,
+};
+
+use crate::runtime::health::Snapshot;
+
+pub mod server;
+
+/// The kubelet's buckets for `certificate_manager_server_rotation_seconds`: a minute to
+/// four years.
+const ROTATION_AGE_BUCKETS: [f64; 10] = [
+    60.0,
+    3600.0,
+    14400.0,
+    86400.0,
+    604800.0,
+    2592000.0,
+    7776000.0,
+    15552000.0,
+    31104000.0,
+    124416000.0,
+];
+/// CSR approval waits: an auto-approver answers in well under a second, a human in minutes.
+const CSR_WAIT_BUCKETS: [f64; 10] = [0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 1800.0, 3600.0];
+/// A Lease PUT on loopback takes about a millisecond; the attempt bound is seconds.
+const LEASE_BUCKETS: [f64; 11] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+];
+
+/// Which node certificate a figure is about (the `profile` label).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Profile {
+    Client,
+    Serving,
+}
+
+/// Every metric bootlet exports. One per process ([`METRICS`]); the serving certificate's
+/// families are in a registry of their own, exported only when bootlet obtains it.
+pub struct Metrics {
+    registry: Registry,
+    serving_registry: Registry,
+    // The kubelet's names.
+    client_ttl: Gauge,
+    client_renew_errors: IntCounter,
+    server_ttl: Gauge,
+    server_rotation_age: Histogram,
+    server_renew_errors: IntCounter,
+    // bootlet's own.
+    client_not_after: Gauge,
+    rotations: IntCounterVec,
+    csr_wait: HistogramVec,
+    csr_pending: IntGaugeVec,
+    lease_ok: IntCounter,
+    lease_failed: IntCounter,
+    lease_duration: Histogram,
+    lease_last_renew: Gauge,
+    lease_duration_setting: Gauge,
+    api_requests: IntCounterVec,
+}
+
+/// The process's metrics, registered on first use.
+pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+
+// === impl Profile ===
+
+impl Profile {
+    fn label(self) -> &'static str {
+        match self {
+            Profile::Client => "client",
+            Profile::Serving => "serving",
+        }
+    }
+}
+
+// === impl Metrics ===
+
+impl Metrics {
+    fn new() -> Self {
+        let registry = Registry::new();
+        let serving_registry = Registry::new();
+        let gauge = |reg: &Registry, name: &str, help: &str| {
+            let g = Gauge::new(name, help).expect("valid metric name");
+            reg.register(Box::new(g.clone())).expect("registered once");
+            g
+        };
+        let counter = |reg: &Registry, name: &str, help: &str| {
+            let c = IntCounter::new(name, help).expect("valid metric name");
+            reg.register(Box::new(c.clone())).expect("registered once");
+            c
+        };
+        let histogram = |reg: &Registry, opts: HistogramOpts| {
+            let h = Histogram::with_opts(opts).expect("valid histogram");
+            reg.register(Box::new(h.clone())).expect("registered once");
+            h
+        };
+        let r = &registry;
+        let s = &serving_registry;
+        let rotations = IntCounterVec::new(
+            Opts::new(
+                "bootlet_rotations_total",
+                "Issuing attempts (bootstrap, rotation, serving) by certificate profile and outcome.",
+            ),
+            &["profile", "result"],
+        )
+        .expect("valid metric");
+        r.register(Box::new(rotations.clone()))
+            .expect("registered once");
+        let csr_wait = HistogramVec::new(
+            HistogramOpts::new(
+                "bootlet_csr_wait_seconds",
+                "Seconds from filing (or adopting) a CSR to its answer: issued, denied or failed.",
+            )
+            .buckets(CSR_WAIT_BUCKETS.to_vec()),
+            &["profile"],
+        )
+        .expect("valid metric");
+        r.register(Box::new(csr_wait.clone()))
+            .expect("registered once");
+        let csr_pending = IntGaugeVec::new(
+            Opts::new(
+                "bootlet_csr_pending",
+                "1 while a CSR is filed and not yet answered (it stays 1 across approval timeouts: the next attempt adopts the same CSR).",
+            ),
+            &["profile"],
+        )
+        .expect("valid metric");
+        r.register(Box::new(csr_pending.clone()))
+            .expect("registered once");
+        let api_requests = IntCounterVec::new(
+            Opts::new(
+                "bootlet_api_requests_total",
+                "Requests to the API server by HTTP method and status code (<error> when no answer came).",
+            ),
+            &["verb", "code"],
+        )
+        .expect("valid metric");
+        r.register(Box::new(api_requests.clone()))
+            .expect("registered once");
+        let build_info = IntGauge::with_opts(
+            Opts::new("bootlet_build_info", "Always 1; the version is the label.")
+                .const_label("version", env!("CARGO_PKG_VERSION")),
+        )
+        .expect("valid metric");
+        build_info.set(1);
+        r.register(Box::new(build_info)).expect("registered once");
+        #[cfg(target_os = "linux")]
+        r.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))
+        .expect("registered once");
+        let lease = |result: &str| {
+            let c = IntCounter::with_opts(
+                Opts::new(
+                    "bootlet_lease_renewals_total",
+                    "Lease renewal attempts by outcome.",
+                )
+                .const_label("result", result),
+            )
+            .expect("valid metric");
+            r.register(Box::new(c.clone())).expect("registered once");
+            c
+        };
+        let metrics = Self {
+            client_ttl: gauge(r, "kubelet_certificate_manager_client_ttl_seconds", "Gauge of the TTL (time-to-live) of the Kubelet's client certificate. The value is in seconds until certificate expiry (negative if already expired). If client certificate is invalid or unused, the value will be +INF."),
+            client_renew_errors: counter(r, "kubelet_certificate_manager_client_expiration_renew_errors", "Counter of certificate renewal errors."),
+            server_ttl: gauge(s, "kubelet_certificate_manager_server_ttl_seconds", "Gauge of the shortest TTL (time-to-live) of the Kubelet's serving certificate. The value is in seconds until certificate expiry (negative if already expired). If serving certificate is invalid or unused, the value will be +INF."),
+            server_rotation_age: histogram(s, HistogramOpts::new("kubelet_certificate_manager_server_rotation_seconds", "Histogram of the number of seconds the previous certificate lived before being rotated.").buckets(ROTATION_AGE_BUCKETS.to_vec())),
+            server_renew_errors: counter(s, "kubelet_server_expiration_renew_errors", "Counter of certificate renewal errors."),
+            client_not_after: gauge(r, "bootlet_client_cert_not_after_timestamp_seconds", "Expiry of the client certificate in use, in Unix seconds; 0 while there is none."),
+            rotations,
+            csr_wait,
+            csr_pending,
+            lease_ok: lease("success"),
+            lease_failed: lease("failure"),
+            lease_duration: histogram(r, HistogramOpts::new("bootlet_lease_renew_duration_seconds", "Seconds one Lease renewal took, successful or not.").buckets(LEASE_BUCKETS.to_vec())),
+            lease_last_renew: gauge(r, "bootlet_lease_last_renew_timestamp_seconds", "When the Lease was last renewed, in Unix seconds; 0 before the first renewal."),
+            lease_duration_setting: gauge(r, "bootlet_lease_duration_seconds", "The Lease's leaseDurationSeconds: the node is NotReady this long after the last renewal."),
+            api_requests,
+            registry,
+            serving_registry,
+        };
+        metrics.profile_series(Profile::Client);
+        metrics
+    }
+
+    /// Series a profile always has (at zero before the first event), so `increase()` and
+    /// `for:` see them from the first scrape.
+    fn profile_series(&self, profile: Profile) {
+        let p = profile.label();
+        for result in ["success", "failure"] {
+            self.rotations.with_label_values(&[p, result]);
+        }
+        self.csr_pending.with_label_values(&[p]);
+        self.csr_wait.with_label_values(&[p]);
+    }
+
+    /// One pass through the issuing pipeline ended: counted per profile and outcome; a
+    /// failure also counts as the kubelet's renew error for that certificate.
+    pub fn issued(&self, profile: Profile, ok: bool) {
+        let result = if ok { "success" } else { "failure" };
+        self.rotations
+            .with_label_values(&[profile.label(), result])
+            .inc();
+        if !ok {
+            match profile {
+                Profile::Client => self.client_renew_errors.inc(),
+                Profile::Serving => self.server_renew_errors.inc(),
+            }
+        }
+    }
+
+    /// A CSR for `profile` is filed (or adopted) and waits for its answer.
+    pub fn csr_filed(&self, profile: Profile) {
+        self.csr_pending
+            .with_label_values(&[profile.label()])
+            .set(1);
+    }
+
+    /// The CSR was answered after `waited` (issued, denied or failed).
+    pub fn csr_answered(&self, profile: Profile, waited: Duration) {
+        self.csr_pending
+            .with_label_values(&[profile.label()])
+            .set(0);
+        self.csr_wait
+            .with_label_values(&[profile.label()])
+            .observe(waited.as_secs_f64());
+    }
+
+    /// The pending CSR was given up (a fresh key files a new one).
+    pub fn csr_abandoned(&self, profile: Profile) {
+        self.csr_pending
+            .with_label_values(&[profile.label()])
+            .set(0);
+    }
+
+    /// The serving certificate was replaced after the previous one lived `age`.
+    pub fn serving_rotated(&self, age: Duration) {
+        self.server_rotation_age.observe(age.as_secs_f64());
+    }
+
+    /// One Lease renewal attempt and how long it took.
+    pub fn lease_renewal(&self, ok: bool, took: Duration) {
+        if ok {
+            &self.lease_ok
+        } else {
+            &self.lease_failed
+        }
+        .inc();
+        self.lease_duration.observe(took.as_secs_f64());
+    }
+
+    /// The configured lease duration (set when the Lease loop starts or is reloaded).
+    pub fn lease_duration_setting(&self, d: Duration) {
+        self.lease_duration_setting.set(d.as_secs_f64());
+    }
+
+    /// The lease duration last set (zero before the Lease loop starts).
+    pub fn lease_duration(&self) -> Duration {
+        Duration::try_from_secs_f64(self.lease_duration_setting.get()).unwrap_or_default()
+    }
+
+    /// One request to the API server; `code` is `None` when no answer came.
+    pub fn api_request(&self, verb: &str, code: Option<http::StatusCode>) {
+        match code {
+            Some(c) => self.api_requests.with_label_values(&[verb, c.as_str()]),
+            None => self.api_requests.with_label_values(&[verb, "<error>"]),
+        }
+        .inc();
+    }
+
+    /// The exposition of every family: the values derived from `snap` at `now` first (as
+    /// the kubelet computes its TTL gauges when scraped), the serving families only when
+    /// `serving` (bootlet obtains the serving certificate).
+    pub fn render(&self, snap: &Snapshot, now: SystemTime, serving: bool) -> Vec<u8> {
+        let client = snap.cert.as_ref().map(|c| c.not_after);
+        self.client_ttl.set(ttl_seconds(client, now));
+        self.client_not_after.set(client.map_or(0.0, unix_seconds));
+        self.lease_last_renew
+            .set(snap.lease.last_renewed.map_or(0.0, unix_seconds));
+        let mut families = self.registry.gather();
+        if serving {
+            self.profile_series(Profile::Serving);
+            let cert = snap.serving_cert.as_ref().map(|c| c.not_after);
+            self.server_ttl.set(ttl_seconds(cert, now));
+            families.extend(self.serving_registry.gather());
+            families.sort_by(|a, b| a.name().cmp(b.name()));
+        }
+        let mut out = Vec::with_capacity(8 << 10);
+        TextEncoder::new()
+            .encode(&families, &mut out)
+            .expect("writing to a Vec cannot fail");
+        out
+    }
+}
+
+/// The kubelet's TTL: whole seconds until `not_after` (negative once past), +Inf without a
+/// certificate.
+pub fn ttl_seconds(not_after: Option<SystemTime>, now: SystemTime) -> f64 {
+    match not_after {
+        None => f64::INFINITY,
+        Some(t) => match t.duration_since(now) {
+            Ok(left) => left.as_secs() as f64,
+            Err(past) => -(past.duration().as_secs() as f64),
+        },
+    }
+}
+
+fn unix_seconds(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// The content type of the text exposition format.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+#[cfg(test)]
+mod tests;

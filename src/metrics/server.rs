@@ -1,0 +1,229 @@
+//! The `--metrics-bind-address` listener: `/metrics` (the text exposition), `/healthz` (every
+//! loop keeps its heartbeat promise: the same test that stops the systemd watchdog) and
+//! `/readyz` (a valid client certificate, the condition of READY=1; `?verbose` lists each
+//! condition, the Lease's freshness among them, kube-apiserver style). HTTP/1.1, one small
+//! task per connection, bounded in number and in how long a request may take to arrive.
+//! A listener that cannot bind is one error line; bootlet runs on without it.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use http::{header, Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::time::Instant;
+
+use super::{CONTENT_TYPE, METRICS};
+use crate::runtime::health::{self, Health, Snapshot};
+use crate::runtime::shutdown::Shutdown;
+
+/// Connections served at once; more wait in the kernel's backlog.
+const MAX_CONNECTIONS: usize = 16;
+/// A request's headers must arrive within this.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the endpoints read.
+#[derive(Clone)]
+pub struct Endpoints {
+    pub health: Health,
+    /// bootlet obtains the serving certificate: its families are exported.
+    pub serving: bool,
+}
+
+/// Binds `addr`, or says in one line why not (the port is taken, the address is not
+/// local) and returns `None`: metrics are worth less than the node's identity.
+pub fn bind(addr: SocketAddr) -> Option<TcpListener> {
+    let listener = std::net::TcpListener::bind(addr).and_then(|l| {
+        l.set_nonblocking(true)?;
+        TcpListener::from_std(l)
+    });
+    match listener {
+        Ok(l) => {
+            let local = l.local_addr().map_or(addr, |a| a);
+            tracing::info!(address = %local, "serving /metrics, /healthz and /readyz");
+            Some(l)
+        }
+        Err(e) => {
+            tracing::error!(address = %addr, error = %e, "cannot listen for /metrics, /healthz and /readyz; running without them (set metricsBindAddress to a free address, or off)");
+            None
+        }
+    }
+}
+
+/// Serves until shutdown.
+pub async fn serve(listener: TcpListener, endpoints: Endpoints, mut shutdown: Shutdown) {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let permit = tokio::select! {
+            p = slots.clone().acquire_owned() => p.expect("the semaphore is never closed"),
+            () = shutdown.requested() => return,
+        };
+        let (stream, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(a) => a,
+                Err(e) => {
+                    // EMFILE and friends: say so, and give the process a moment.
+                    tracing::warn!(error = %e, "metrics listener: accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = shutdown.requested() => return,
+        };
+        let endpoints = endpoints.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |req| {
+                let resp = respond(&req, &endpoints);
+                async move { Ok::<_, std::convert::Infallible>(resp) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+            drop(permit);
+        });
+    }
+}
+
+fn respond(req: &Request<Incoming>, endpoints: &Endpoints) -> Response<Full<Bytes>> {
+    let path = req.uri().path();
+    if !matches!(path, "/metrics" | "/healthz" | "/readyz") {
+        return text(StatusCode::NOT_FOUND, "404 page not found\n".into());
+    }
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n".into());
+    }
+    let verbose = req.uri().query().is_some_and(|q| {
+        q.split('&')
+            .any(|kv| kv.split('=').next() == Some("verbose"))
+    });
+    let snap = endpoints.health.snapshot();
+    let now = SystemTime::now();
+    match path {
+        "/metrics" => {
+            let body = METRICS.render(&snap, now, endpoints.serving);
+            let mut resp = Response::new(Full::new(Bytes::from(body)));
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static(CONTENT_TYPE),
+            );
+            resp
+        }
+        "/healthz" => healthz(&endpoints.health, Instant::now()),
+        _ => readyz(&snap, now, verbose),
+    }
+}
+
+/// 200 while every loop keeps its heartbeat promise; 500 naming the most overdue one.
+fn healthz(health: &Health, now: Instant) -> Response<Full<Bytes>> {
+    match health.stalled(now) {
+        None => text(StatusCode::OK, "ok\n".into()),
+        Some(s) => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!(
+                "the {} loop is {} past its heartbeat (the systemd watchdog stops too)\n",
+                s.task,
+                health::human(s.overdue.max(Duration::from_secs(1)))
+            ),
+        ),
+    }
+}
+
+/// 200 with a valid client certificate (what READY=1 means); `verbose` lists the
+/// conditions, one line each, and the Lease's freshness, which never gates readiness.
+fn readyz(snap: &Snapshot, now: SystemTime, verbose: bool) -> Response<Full<Bytes>> {
+    let (code, body) = readiness(snap, now, verbose, METRICS.lease_duration());
+    text(code, body)
+}
+
+/// The `/readyz` answer as data (tested without a socket).
+pub fn readiness(
+    snap: &Snapshot,
+    now: SystemTime,
+    verbose: bool,
+    lease_duration: Duration,
+) -> (StatusCode, String) {
+    let ready = snap.ready();
+    let mut lines = Vec::new();
+    match &snap.cert {
+        Some(cert) => lines.push(format!(
+            "[+]client-certificate ok: valid until {}",
+            health::rfc3339(cert.not_after)
+        )),
+        None => lines.push(format!(
+            "[-]client-certificate failed: {}",
+            snap.status_line(now)
+        )),
+    }
+    lines.push(if ready {
+        "[+]kubeconfig ok".to_string()
+    } else {
+        "[-]kubeconfig failed: not written until a certificate is installed".to_string()
+    });
+    lines.push(lease_line(snap, now, lease_duration));
+    let verdict = if ready {
+        "readyz check passed"
+    } else {
+        "readyz check failed"
+    };
+    let code = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::INTERNAL_SERVER_ERROR
+    };
+    let body = if verbose {
+        format!("{}\n{verdict}\n", lines.join("\n"))
+    } else if ready {
+        "ok\n".to_string()
+    } else {
+        format!("{verdict}: {}\n", snap.status_line(now))
+    };
+    (code, body)
+}
+
+/// The Lease's freshness: renewed within the lease duration, or not (never a readiness
+/// condition: an API outage must not make the kubelet's prerequisite "not ready").
+fn lease_line(snap: &Snapshot, now: SystemTime, duration: Duration) -> String {
+    const NOTE: &str = "(informational: the Lease does not gate readiness)";
+    let lease = &snap.lease;
+    if !lease.enabled {
+        return "[+]lease ok: renewed by the kubelet (--renew-lease=false)".into();
+    }
+    if let Some(why) = &lease.paused {
+        return format!(
+            "[-]lease paused: {} {NOTE}",
+            crate::runtime::text::one_line(why)
+        );
+    }
+    match lease.last_renewed {
+        Some(at) if now.duration_since(at).unwrap_or_default() <= duration => {
+            format!("[+]lease ok: renewed {} ago", health::ago(now, at))
+        }
+        Some(at) => format!(
+            "[-]lease stale: last renewed {} ago, longer than the lease duration ({}) {NOTE}",
+            health::ago(now, at),
+            health::human(duration)
+        ),
+        None => format!("[-]lease not renewed yet {NOTE}"),
+    }
+}
+
+fn text(code: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() = code;
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp.headers_mut().insert(
+        header::HeaderName::from_static("x-content-type-options"),
+        header::HeaderValue::from_static("nosniff"),
+    );
+    resp
+}

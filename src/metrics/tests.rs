@@ -1,0 +1,258 @@
+use std::time::{Duration, SystemTime};
+
+use http::StatusCode;
+
+use super::server::readiness;
+use super::*;
+use crate::runtime::health::{CertSummary, Health, LeaseState, State};
+
+fn snapshot(cert: Option<SystemTime>, last_renewed: Option<SystemTime>) -> Snapshot {
+    let mut snap = Health::new(true).snapshot();
+    snap.cert = cert.map(|not_after| CertSummary {
+        serial: "01".into(),
+        not_after,
+        rotate_at: None,
+    });
+    snap.lease = LeaseState {
+        enabled: true,
+        last_renewed,
+        ..LeaseState::default()
+    };
+    snap
+}
+
+/// The value of the sample line that starts with `series ` (exactly that name and labels).
+fn sample(text: &str, series: &str) -> Option<String> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+        .map(str::to_string)
+}
+
+#[test]
+fn ttl_is_whole_seconds_negative_once_expired_and_infinite_without_a_certificate() {
+    let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+    assert_eq!(
+        ttl_seconds(Some(now + Duration::from_millis(90_900)), now),
+        90.0
+    );
+    assert_eq!(
+        ttl_seconds(Some(now - Duration::from_millis(5_500)), now),
+        -5.0
+    );
+    assert_eq!(ttl_seconds(None, now), f64::INFINITY);
+}
+
+#[test]
+fn the_exposition_carries_the_kubelet_names_with_their_types() {
+    let m = Metrics::new();
+    let now = SystemTime::now();
+    let text = String::from_utf8(m.render(
+        &snapshot(Some(now + Duration::from_secs(3600)), Some(now)),
+        now,
+        false,
+    ))
+    .unwrap();
+    for (name, kind) in [
+        ("kubelet_certificate_manager_client_ttl_seconds", "gauge"),
+        (
+            "kubelet_certificate_manager_client_expiration_renew_errors",
+            "counter",
+        ),
+        ("bootlet_client_cert_not_after_timestamp_seconds", "gauge"),
+        ("bootlet_rotations_total", "counter"),
+        ("bootlet_csr_wait_seconds", "histogram"),
+        ("bootlet_csr_pending", "gauge"),
+        ("bootlet_lease_renewals_total", "counter"),
+        ("bootlet_lease_renew_duration_seconds", "histogram"),
+        ("bootlet_lease_last_renew_timestamp_seconds", "gauge"),
+        ("bootlet_lease_duration_seconds", "gauge"),
+        ("bootlet_build_info", "gauge"),
+        ("process_resident_memory_bytes", "gauge"),
+        ("process_cpu_seconds_total", "counter"),
+        ("process_open_fds", "gauge"),
+        ("process_start_time_seconds", "gauge"),
+    ] {
+        assert!(
+            text.contains(&format!("# TYPE {name} {kind}\n")),
+            "{name} as a {kind} in:\n{text}"
+        );
+        assert_eq!(
+            text.matches(&format!("# TYPE {name} ")).count(),
+            1,
+            "{name} once"
+        );
+    }
+    let ttl = sample(&text, "kubelet_certificate_manager_client_ttl_seconds").unwrap();
+    let ttl: f64 = ttl.parse().unwrap();
+    assert!((3598.0..=3600.0).contains(&ttl), "{ttl}");
+    // bootlet_api_requests_total has a series per (verb, code) seen: none before a request.
+    // Series exist at zero before the first event, so increase() sees the first one.
+    assert_eq!(
+        sample(
+            &text,
+            r#"bootlet_rotations_total{profile="client",result="failure"}"#
+        )
+        .as_deref(),
+        Some("0")
+    );
+    assert_eq!(
+        sample(&text, r#"bootlet_csr_pending{profile="client"}"#).as_deref(),
+        Some("0")
+    );
+    assert!(
+        !text.contains("kubelet_certificate_manager_server_")
+            && !text.contains("profile=\"serving\""),
+        "no serving families unless bootlet obtains the serving certificate"
+    );
+}
+
+#[test]
+fn without_a_certificate_the_ttl_is_plus_infinity_and_the_expiry_zero() {
+    let m = Metrics::new();
+    let now = SystemTime::now();
+    let text = String::from_utf8(m.render(&snapshot(None, None), now, false)).unwrap();
+    let ttl = sample(&text, "kubelet_certificate_manager_client_ttl_seconds").unwrap();
+    // Go's ParseFloat (Prometheus' parser) reads "inf" case-insensitively.
+    assert!(ttl.eq_ignore_ascii_case("inf") || ttl == "+Inf", "{ttl}");
+    assert_eq!(
+        sample(&text, "bootlet_client_cert_not_after_timestamp_seconds").as_deref(),
+        Some("0")
+    );
+    assert_eq!(
+        sample(&text, "bootlet_lease_last_renew_timestamp_seconds").as_deref(),
+        Some("0")
+    );
+}
+
+#[test]
+fn outcomes_count_into_both_names_and_the_pending_gauge_follows_the_csr() {
+    let m = Metrics::new();
+    m.issued(Profile::Client, true);
+    m.issued(Profile::Client, false);
+    m.issued(Profile::Client, false);
+    m.issued(Profile::Serving, false);
+    m.csr_filed(Profile::Serving);
+    m.serving_rotated(Duration::from_secs(7200));
+    m.lease_renewal(true, Duration::from_millis(2));
+    m.lease_renewal(false, Duration::from_secs(1));
+    m.api_request("PUT", Some(StatusCode::OK));
+    m.api_request("GET", None);
+    let now = SystemTime::now();
+    let mut snap = snapshot(Some(now + Duration::from_secs(60)), Some(now));
+    snap.serving_cert = Some(CertSummary {
+        serial: "02".into(),
+        not_after: now - Duration::from_secs(30),
+        rotate_at: None,
+    });
+    let text = String::from_utf8(m.render(&snap, now, true)).unwrap();
+    let at = |series: &str| sample(&text, series).unwrap_or_else(|| panic!("{series}"));
+    assert_eq!(
+        at(r#"bootlet_rotations_total{profile="client",result="success"}"#),
+        "1"
+    );
+    assert_eq!(
+        at(r#"bootlet_rotations_total{profile="client",result="failure"}"#),
+        "2"
+    );
+    assert_eq!(
+        at("kubelet_certificate_manager_client_expiration_renew_errors"),
+        "2"
+    );
+    assert_eq!(at("kubelet_server_expiration_renew_errors"), "1");
+    assert_eq!(at(r#"bootlet_csr_pending{profile="serving"}"#), "1");
+    assert_eq!(at("kubelet_certificate_manager_server_ttl_seconds"), "-30");
+    assert_eq!(
+        at(r#"kubelet_certificate_manager_server_rotation_seconds_bucket{le="14400"}"#),
+        "1"
+    );
+    assert_eq!(
+        at(r#"kubelet_certificate_manager_server_rotation_seconds_bucket{le="3600"}"#),
+        "0"
+    );
+    assert_eq!(at(r#"bootlet_lease_renewals_total{result="success"}"#), "1");
+    assert_eq!(at(r#"bootlet_lease_renewals_total{result="failure"}"#), "1");
+    assert_eq!(at("bootlet_lease_renew_duration_seconds_count"), "2");
+    assert_eq!(
+        at(r#"bootlet_api_requests_total{code="200",verb="PUT"}"#),
+        "1"
+    );
+    assert_eq!(
+        at(r#"bootlet_api_requests_total{code="<error>",verb="GET"}"#),
+        "1"
+    );
+    m.csr_answered(Profile::Serving, Duration::from_secs(3));
+    let text = String::from_utf8(m.render(&snap, now, true)).unwrap();
+    assert_eq!(
+        sample(&text, r#"bootlet_csr_pending{profile="serving"}"#).as_deref(),
+        Some("0")
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"bootlet_csr_wait_seconds_count{profile="serving"}"#
+        )
+        .as_deref(),
+        Some("1")
+    );
+}
+
+#[test]
+fn readyz_is_the_certificate_and_verbose_lists_the_lease_without_gating_on_it() {
+    let now = SystemTime::now();
+    let lease = Duration::from_secs(40);
+    let stale = snapshot(
+        Some(now + Duration::from_secs(3600)),
+        Some(now - Duration::from_secs(300)),
+    );
+    let (code, body) = readiness(&stale, now, false, lease);
+    assert_eq!((code, body.as_str()), (StatusCode::OK, "ok\n"));
+    let (code, body) = readiness(&stale, now, true, lease);
+    assert_eq!(code, StatusCode::OK);
+    let lines: Vec<&str> = body.lines().collect();
+    assert!(lines[0].starts_with("[+]client-certificate ok: valid until "));
+    assert_eq!(lines[1], "[+]kubeconfig ok");
+    assert!(
+        lines[2].starts_with(
+            "[-]lease stale: last renewed 5m0s ago, longer than the lease duration (40s)"
+        ),
+        "{}",
+        lines[2]
+    );
+    assert_eq!(lines[3], "readyz check passed");
+
+    let fresh = snapshot(
+        Some(now + Duration::from_secs(3600)),
+        Some(now - Duration::from_secs(3)),
+    );
+    let (_, body) = readiness(&fresh, now, true, lease);
+    assert!(body.contains("[+]lease ok: renewed 3s ago\n"), "{body}");
+
+    let mut none = snapshot(None, None);
+    none.bootstrap = State::WaitingApproval {
+        csr: "node-csr-x".into(),
+        since: now,
+    };
+    let (code, body) = readiness(&none, now, false, lease);
+    assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(
+        body.starts_with("readyz check failed: waiting for approval of CSR node-csr-x"),
+        "{body}"
+    );
+    let (_, body) = readiness(&none, now, true, lease);
+    assert!(body.contains("[-]client-certificate failed: waiting for approval"));
+    assert!(body.contains("[-]lease not renewed yet"));
+    assert!(body.ends_with("readyz check failed\n"));
+}
+
+#[test]
+fn readyz_escapes_server_text() {
+    let now = SystemTime::now();
+    let mut snap = snapshot(None, None);
+    snap.bootstrap = State::BackingOff {
+        until: now,
+        reason: "denied: no\nREADY=1".into(),
+        check: crate::checkid::CheckId::Csr,
+    };
+    let (_, body) = readiness(&snap, now, true, Duration::from_secs(40));
+    assert!(!body.contains("\nREADY=1"), "{body}");
+}
