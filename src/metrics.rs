@@ -294,6 +294,11 @@ impl Metrics {
         self.lease_last_renew
             .set(snap.lease.last_renewed.map_or(0.0, unix_seconds));
         let mut families = self.registry.gather();
+        if !snap.lease.enabled {
+            // The kubelet renews the Lease (--renew-lease=false): bootlet's Lease figures
+            // would only say "never renewed" and set off the Lease alert.
+            families.retain(|f| !f.name().starts_with("bootlet_lease_"));
+        }
         if serving {
             self.profile_series(Profile::Serving);
             let cert = snap.serving_cert.as_ref().map(|c| c.not_after);

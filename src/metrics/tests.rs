@@ -256,3 +256,14 @@ fn readyz_escapes_server_text() {
     let (_, body) = readiness(&snap, now, true, Duration::from_secs(40));
     assert!(!body.contains("\nREADY=1"), "{body}");
 }
+
+#[test]
+fn without_the_lease_loop_no_lease_family_is_exported() {
+    let m = Metrics::new();
+    let now = SystemTime::now();
+    let mut snap = snapshot(Some(now + Duration::from_secs(60)), None);
+    snap.lease.enabled = false;
+    let text = String::from_utf8(m.render(&snap, now, false)).unwrap();
+    assert!(!text.contains("bootlet_lease_"), "{text}");
+    assert!(text.contains("kubelet_certificate_manager_client_ttl_seconds "));
+}
