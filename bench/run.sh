@@ -16,9 +16,11 @@ if [ -z "${KUBECTL:-}" ]; then
   # Google Cloud SDK's kubectl is a dispatcher: each call first asks the server for /version
   # and then execs the matching kubectl.1.NN, a second connection and process no plain
   # kubectl makes. The baseline uses the binary it would pick (the testplane says v1.33).
-  if "$KUBECTL" version --client 2>/dev/null | grep -q dispatcher; then
+  # (Read whole, not piped into grep -q: under pipefail an early exit of the reader fails the pipe.)
+  client=$("$KUBECTL" version --client 2>/dev/null || true)
+  if [[ $client == *dispatcher* ]]; then
     direct=$(dirname "$(readlink -f "$KUBECTL")")/kubectl.1.33
-    [ -x "$direct" ] && KUBECTL=$direct
+    if [ -x "$direct" ]; then KUBECTL=$direct; fi
   fi
 fi
 export KUBECTL
