@@ -109,7 +109,7 @@ pub fn rows(f: &Figures) -> Vec<Row> {
     let (base_cpu, floor_cpu) = (cpu(&w.baseline), cpu(&w.floor));
     rows.push(
         Row::new(format!(
-            "CPU per renewal, window 1: the first {} renewals after bootstrap, all threads",
+            "CPU per renewal, window 1: the first {} renewals after bootstrap, all threads, `/metrics` on",
             f.cfg.window1
         ))
         .budget("≤ 0.5 ms", Budget::AtMost(0.5), first)
@@ -118,7 +118,7 @@ pub fn rows(f: &Figures) -> Vec<Row> {
     );
     rows.push(
         Row::new(format!(
-            "CPU per renewal, steady window: the {} renewals after window 1 (baseline: its own {})",
+            "CPU per renewal, steady window: the {} renewals after window 1, `/metrics` on (baseline: its own {})",
             f.cfg.steady, f.cfg.baseline
         ))
         .budget("≤ 0.5 ms", Budget::AtMost(0.5), steady)
