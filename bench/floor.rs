@@ -234,19 +234,26 @@ async fn put_loop_in_child(
     }
 }
 
-/// Names the directory a child reads its server, CA and identity from.
+/// Names the directory a child reads its server, CA and identity from (and, optionally, the
+/// Lease name from a file `name`; default `floor-child`).
 const CHILD: &str = "FLOOR_CHILD";
+/// `1.1` makes the child speak HTTP/1.1 (as bootlet's Lease connection does; bench/run.sh
+/// uses it); anything else, HTTP/2.
+const CHILD_HTTP: &str = "FLOOR_CHILD_HTTP";
 
-/// The child's side of [`put_loop_in_child`]: one measurement, printed as two numbers.
+/// The child's side of [`put_loop_in_child`] (and bench/run.sh's floor): one measurement,
+/// printed as two numbers.
 fn child(dir: &std::path::Path) {
     let read = |f: &str| std::fs::read_to_string(dir.join(f)).expect("read");
+    let h2 = std::env::var(CHILD_HTTP).map_or(true, |v| v != "1.1");
     let cfg = testplane::client::client_tls(
         &read("ca.pem"),
         Some((&read("cert.pem"), &read("key.pem"))),
-        &["h2"],
+        &[if h2 { "h2" } else { "http/1.1" }],
     );
+    let name = std::fs::read_to_string(dir.join("name")).unwrap_or_else(|_| "floor-child".into());
     let (url, p) = (read("url"), pace());
-    let r = on_own_thread(move || put_loop(url, cfg, true, "floor-child".into(), p))
+    let r = on_own_thread(move || put_loop(url, cfg, h2, name, p))
         .join()
         .expect("measurement thread");
     println!("{} {}", r.cpu_ms, r.wakeups);

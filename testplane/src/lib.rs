@@ -53,6 +53,7 @@ mod server;
 mod signers;
 pub mod store;
 pub mod stub;
+mod wire;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -68,6 +69,7 @@ use tokio::sync::broadcast;
 pub use events::{wait_for, Event, RequestRecord};
 pub use faults::{FaultRequest, Faults};
 use store::{Kind, Store};
+pub use wire::WireBytes;
 
 /// The group kubeadm's default bootstrap tokens carry (`auth-extra-groups`).
 pub const DEFAULT_TOKEN_GROUP: &str = "system:bootstrappers:kubeadm:default-node-token";
@@ -159,6 +161,8 @@ pub(crate) struct Shared {
     pub faults: faults::FaultState,
     pub verifier: Arc<dyn rustls::server::danger::ClientCertVerifier>,
     pub next_conn: AtomicU64,
+    /// Bytes on the wire per connection.
+    pub wire: wire::Table,
     pub addr: SocketAddr,
     pub admin: (String, String),
 }
@@ -279,6 +283,7 @@ impl Builder {
             faults: faults::FaultState::default(),
             verifier: tls.1,
             next_conn: AtomicU64::new(1),
+            wire: wire::Table::default(),
             addr,
             admin,
         });
@@ -588,6 +593,13 @@ impl TestPlane {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// Bytes connection `conn` (see `Event::ConnectionOpened`) carried so far, TLS records
+    /// included: live while it is open, final once closed (the newest 65,536 closed
+    /// connections are kept). `None` for an unknown id.
+    pub fn wire_bytes(&self, conn: u64) -> Option<WireBytes> {
+        self.shared.wire.get(conn)
     }
 
     /// Requests the strict fake did not recognise (answered 404 naming method and path).

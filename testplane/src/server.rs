@@ -1,6 +1,7 @@
 //! The HTTPS listener: TLS config (ring provider, h2 + http/1.1 by ALPN, client certs
-//! requested), connection ids and events, outages (drop every connection, re-listen on the
-//! same port) and shutdown. Request handling is `api`'s.
+//! requested), connection ids and events, bytes on the wire per connection (`wire`),
+//! outages (drop every connection, re-listen on the same port) and shutdown. Request
+//! handling is `api`'s.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -162,6 +163,7 @@ async fn serve_conn(
     conn: u64,
     mut kill: watch::Receiver<u64>,
 ) {
+    let tcp = crate::wire::Counted::new(tcp, shared.wire.open(conn));
     let work = async {
         let tls = match acceptor.accept(tcp).await {
             Ok(t) => t,
@@ -197,5 +199,6 @@ async fn serve_conn(
         _ = work => {}
         _ = kill.changed() => {}
     }
+    shared.wire.close(conn);
     shared.emit(Event::ConnectionClosed { conn });
 }
