@@ -1,6 +1,7 @@
 //! Owns the node Lease `kube-node-lease/NODE`: the body (pure), the renewal loop on a
-//! drift-free monotonic schedule with one PUT per renewal, owner reference once the Node
-//! exists, the health-probe gate and the two-writer back-off. Credentials come in by watch.
+//! drift-free monotonic schedule whose phase is drawn over the whole interval (so a fleet
+//! never renews in lockstep), one PUT per renewal, owner reference once the Node exists, the
+//! health-probe gate and the two-writer back-off. Credentials come in by watch.
 
 use std::time::{Duration, SystemTime};
 
@@ -22,10 +23,8 @@ use crate::runtime::shutdown::Shutdown;
 use crate::runtime::ticker::Ticker;
 
 pub const NAMESPACE: &str = "kube-node-lease";
-/// Fraction of the interval by which a renewal may be delayed, so a fleet started
-/// together does not renew in lockstep.
-pub const JITTER: f64 = 0.04;
-/// Quick retries inside one period, as the kubelet does.
+/// Quick retries inside one period for errors the server answered (5xx, 429), as the
+/// kubelet does. No answer at all (refused, reset, timed out) waits for the next slot.
 const RETRIES_PER_PERIOD: u32 = 5;
 /// Failed periods in a row after which the connection pool is rebuilt.
 const RECONNECT_AFTER: u32 = 2;
@@ -38,7 +37,7 @@ const FOREIGN_STREAK: u32 = 3;
 const MAX_WAR_BACKOFF: Duration = Duration::from_secs(300);
 /// The heartbeat name the watchdog reports (health.rs `beat`).
 pub const TASK: &str = "lease";
-/// Slack on top of the sleep before a renewal, for the jitter and a busy runtime.
+/// Slack on top of the sleep before a renewal, for a busy runtime.
 const BEAT_SLACK: Duration = Duration::from_secs(1);
 /// The watchdog promise for one period's work: the owner lookup, a GET and two PUT/GET
 /// rounds, each bounded by the API client's request timeout. Loose on purpose: the attempt
@@ -107,6 +106,16 @@ impl RenewError {
 /// longer than the API client's request timeout (10 s), which no request may outlive.
 fn attempt_budget(interval: Duration, request_timeout: Duration) -> Duration {
     (interval - (interval / 20).min(ABANDON_BEFORE_NEXT)).min(request_timeout)
+}
+
+/// Whether a failed attempt is worth a quick retry inside its period: only an answer the
+/// server gave (5xx, 429, honouring `Retry-After`). No answer at all (connection refused,
+/// reset, timed out) is what an outage looks like: the next attempt is this process's next
+/// slot. Quick retries there would pile every node whose slot fell in the last second of an
+/// outage onto the first second after it, and a dead connection's replacement is opened at
+/// that next slot anyway.
+fn retry_in_period(e: &api::Error) -> bool {
+    e.is_retryable() && !e.is_transport()
 }
 
 /// Mutable state of the loop between renewals.
@@ -179,10 +188,9 @@ impl LeaseLoop {
                 conn = Connection::new(&clients.borrow_and_update());
                 tracing::info!(identity = %conn.identity(), "lease: switched to the new credentials");
             }
-            // The next slot after now: slots missed by a slow renewal are skipped, not burst.
-            let origin = due(start, 0, interval, phase);
-            let elapsed = Instant::now().saturating_duration_since(origin);
-            n = (elapsed.as_nanos() / interval.as_nanos()) as u32 + 1;
+            // The next slot after now: slots missed by a slow renewal are skipped, not burst,
+            // and a failed renewal is retried there, on this process's own phase.
+            n = next_slot(start, Instant::now(), interval, phase);
 
             if !r.probe_allows(&mut probe_ok, &health).await {
                 continue;
@@ -291,7 +299,7 @@ impl Renewer {
             match self.renew(conn).await {
                 Ok(()) => return Ok(()),
                 Err(RenewError::Api { source, node })
-                    if source.is_retryable() && attempt < RETRIES_PER_PERIOD =>
+                    if retry_in_period(&source) && attempt < RETRIES_PER_PERIOD =>
                 {
                     let wait = quick.with_retry_after(source.retry_after());
                     if Instant::now() + wait >= deadline {
@@ -416,7 +424,7 @@ impl Renewer {
 mod body;
 mod probe;
 
-pub use body::{body, due, next_renew_time};
+pub use body::{body, due, next_renew_time, next_slot};
 use probe::probe;
 
 #[cfg(test)]

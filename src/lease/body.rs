@@ -7,7 +7,7 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 use tokio::time::Instant;
 
-use super::{JITTER, NAMESPACE};
+use super::NAMESPACE;
 
 /// The Lease we want, built from the last one we saw (pure).
 pub fn body(
@@ -56,10 +56,34 @@ pub fn next_renew_time(now: SystemTime, last: Option<jiff::Timestamp>) -> jiff::
     }
 }
 
-/// When renewal `n` is due: `start + phase + n × interval`, with the phase drawn once per
-/// process in `[0, JITTER × interval)` (pure). A fleet started together is spread over the
-/// jitter window, yet each node renews at exactly `interval` and never drifts, because
-/// the time is computed from the start, never from the last renewal.
+/// When renewal `n` is due (pure). Renewal 0 is at `start`, at once (a node that just got
+/// its identity says so without delay). Renewal `n ≥ 1` is at
+/// `start + (½ + phase_draw) × interval + (n − 1) × interval`, with `phase_draw` drawn once
+/// per process, uniform in [0, 1): the processes of a fleet started together land evenly over
+/// the whole interval from their second renewal on, and each renews at exactly `interval`
+/// after that, computed from the start, never from the last renewal, so it never drifts.
+/// The gap between the first two renewals is between ½ and 1½ intervals: never two writes
+/// back to back, never a Lease older than 1½ intervals.
 pub fn due(start: Instant, n: u32, interval: Duration, phase_draw: f64) -> Instant {
-    start + interval.mul_f64(JITTER * phase_draw.clamp(0.0, 0.999_999)) + interval * n
+    match n {
+        0 => start,
+        n => start + interval.mul_f64(0.5 + phase_draw.clamp(0.0, 0.999_999)) + interval * (n - 1),
+    }
+}
+
+/// The first renewal due strictly after `now` (pure): slots a slow or failed renewal missed
+/// are skipped, never made up in a burst, and a failure is retried on the process's own next
+/// slot, so a fleet stays as spread after an outage as before it.
+pub fn next_slot(start: Instant, now: Instant, interval: Duration, phase_draw: f64) -> u32 {
+    let first = due(start, 1, interval, phase_draw);
+    if now < start {
+        return 0;
+    }
+    if now < first {
+        return 1;
+    }
+    let behind = now.duration_since(first).as_nanos() / interval.as_nanos().max(1);
+    u32::try_from(behind)
+        .unwrap_or(u32::MAX - 2)
+        .saturating_add(2)
 }

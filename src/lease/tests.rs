@@ -63,21 +63,94 @@ fn renew_time_is_strictly_increasing_even_when_the_clock_steps_back() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn schedule_does_not_drift_and_the_phase_stays_inside_four_percent() {
+async fn the_first_renewal_is_at_once_and_then_every_interval_exactly() {
     let start = Instant::now();
     let interval = Duration::from_secs(10);
-    for draw in [0.0, 0.25, 0.999_999_9] {
-        let phase = due(start, 0, interval, draw) - start;
-        assert!(phase < Duration::from_millis(400), "{phase:?}");
-        for n in 1..1000 {
-            // Every period is exactly the interval, whatever the phase.
+    for draw in [0.0, 0.25, 0.5, 0.999_999_9] {
+        assert_eq!(due(start, 0, interval, draw), start);
+        // The second renewal: between half and one and a half intervals after the first.
+        let second = due(start, 1, interval, draw) - start;
+        assert!(second >= interval / 2, "{second:?}");
+        assert!(second < interval * 3 / 2, "{second:?}");
+        for n in 2..1000 {
+            // Every period after is exactly the interval, whatever the phase: no drift.
             assert_eq!(
                 due(start, n, interval, draw) - due(start, n - 1, interval, draw),
                 interval
             );
-            assert_eq!(due(start, n, interval, draw), start + phase + interval * n);
+            assert_eq!(
+                due(start, n, interval, draw),
+                start + second + interval * (n - 1)
+            );
         }
     }
+}
+
+/// The old phase spanned 4 % of the interval, so 20 nodes started together renewed in the
+/// same second forever. Now the draw covers the whole interval: evenly spaced draws put the
+/// renewals evenly over it (one per tenth for ten draws), so uniform draws spread a fleet.
+#[tokio::test(start_paused = true)]
+async fn the_phase_spans_the_whole_interval() {
+    let start = Instant::now();
+    let interval = Duration::from_secs(10);
+    let mut tenths = [0usize; 10];
+    for i in 0..10 {
+        let draw = (i as f64 + 0.5) / 10.0;
+        let offset = (due(start, 5, interval, draw) - start).as_nanos() % interval.as_nanos();
+        tenths[(offset * 10 / interval.as_nanos()) as usize] += 1;
+    }
+    assert_eq!(tenths, [1; 10]);
+    // The extremes of the draw are a whole interval apart, less nothing.
+    let lo = due(start, 1, interval, 0.0);
+    let hi = due(start, 1, interval, 0.999_999);
+    assert!(hi - lo > interval.mul_f64(0.999), "{:?}", hi - lo);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_next_slot_is_strictly_after_now_and_skips_missed_ones() {
+    let start = Instant::now();
+    let interval = Duration::from_secs(10);
+    let draw = 0.3; // renewal 1 at 8 s, then 18 s, 28 s, ...
+    let at = |secs: f64| start + Duration::from_secs_f64(secs);
+    assert_eq!(next_slot(start, start, interval, draw), 1);
+    assert_eq!(next_slot(start, at(7.9), interval, draw), 1);
+    assert_eq!(next_slot(start, at(8.0), interval, draw), 2);
+    assert_eq!(next_slot(start, at(17.99), interval, draw), 2);
+    // A renewal that took until 40 s (an outage) retries at its own slot, 48 s: no burst.
+    let n = next_slot(start, at(40.0), interval, draw);
+    assert_eq!(due(start, n, interval, draw), at(48.0));
+    for secs in [0.0, 3.0, 8.0, 12.5, 18.0, 99.9, 1e6] {
+        let now = at(secs);
+        let n = next_slot(start, now, interval, draw);
+        assert!(due(start, n, interval, draw) > now, "{secs}");
+        assert!(n == 0 || due(start, n - 1, interval, draw) <= now, "{secs}");
+    }
+}
+
+#[test]
+fn only_answers_the_server_gave_are_retried_inside_the_period() {
+    use http::Method;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
+    let identity = crate::api::Identity::Anonymous;
+    let answered = |code: u16| api::Error::Api {
+        method: Method::PUT,
+        path: "/l".into(),
+        code,
+        identity: identity.clone(),
+        status: Box::new(Status::default()),
+        retry_after: None,
+    };
+    assert!(retry_in_period(&answered(500)));
+    assert!(retry_in_period(&answered(429)));
+    assert!(!retry_in_period(&answered(403)));
+    // A refused connection is an outage: the next attempt is the process's next slot.
+    let refused = api::Error::Transport {
+        method: Method::PUT,
+        path: "/l".into(),
+        identity,
+        source: "connection refused".into(),
+    };
+    assert!(!retry_in_period(&refused));
 }
 
 #[test]

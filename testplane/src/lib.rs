@@ -51,6 +51,7 @@ pub mod rbac;
 pub mod sched;
 mod server;
 mod signers;
+pub mod stats;
 pub mod store;
 pub mod stub;
 mod wire;
