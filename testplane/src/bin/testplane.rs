@@ -119,11 +119,7 @@ async fn main() {
             std::process::exit(1);
         }
     };
-    if let Err(e) = tp.write_state(&state_dir) {
-        eprintln!("bootlet-testplane: {e}");
-        std::process::exit(1);
-    }
-    println!("{}", tp.url());
+    // Installed before the state files appear: a caller that sees them may SIGTERM at once.
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(s) => s,
         Err(e) => {
@@ -131,6 +127,11 @@ async fn main() {
             std::process::exit(1);
         }
     };
+    if let Err(e) = tp.write_state(&state_dir) {
+        eprintln!("bootlet-testplane: {e}");
+        std::process::exit(1);
+    }
+    println!("{}", tp.url());
     tokio::select! {
         _ = term.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
