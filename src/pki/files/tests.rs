@@ -1,6 +1,8 @@
 use super::*;
 use crate::pki::tests::FIXED_KEY;
 use crate::pki::verify::tests::at;
+use std::fs;
+use std::os::unix::fs::PermissionsExt as _;
 
 const CHAIN: &str = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
 
