@@ -146,6 +146,10 @@ impl<'a> Bootstrap<'a> {
     /// time), or an unusable cert dir. Later failures are logged and retried with backoff.
     pub async fn run(&self) -> Result<Credentials, BootstrapError> {
         let dir = CertDir::open(&self.settings.cert_dir)?;
+        // The kubeconfig's directory is not the cert dir: its crash leftovers go here.
+        if let Err(e) = crate::pki::files::sweep_temps_of(&self.settings.kubeconfig) {
+            tracing::warn!(error = %report(&e), "cannot remove temp files beside the kubeconfig");
+        }
         if let Some(creds) = self.reuse(&dir)? {
             return Ok(creds);
         }
