@@ -310,3 +310,52 @@ async fn a_full_read_only_or_deleted_cert_dir_keeps_the_identity_and_recovers() 
         eprintln!("{r}");
     }
 }
+
+/// A bootstrap whose certificate is installed but whose kubeconfig cannot be written (its
+/// directory's filesystem is full, the cert dir's is not): each retry publishes the
+/// certificate already installed instead of filing a new CSR for a new key, and once
+/// there is room the node comes up with that one certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubeconfig_that_cannot_be_written_at_bootstrap_costs_one_csr_not_one_per_retry() {
+    if !is_root() {
+        eprintln!("skipped: mounting a tmpfs needs root (the project's tests run as root)");
+        return;
+    }
+    let mut s = scene("disk-kubeconfig", false).await;
+    let mnt = s.node.tmp.path().join("etc");
+    let fs = Tmpfs::mount(&mnt, "64k");
+    s.node.kubeconfig = mnt.join("kubelet.conf");
+    let filler = fs.fill(0);
+    let mut a = s.node.args(&s.name);
+    a.extend(["--csr-backoff-min", "200ms", "--csr-backoff-max", "400ms"].map(String::from));
+    let agent = Agent::spawn(&a);
+    let line = agent.wait_for_log("bootstrap attempt failed").await;
+    let want = format!(
+        "{}: cannot write: No space left on device",
+        s.node.kubeconfig.display()
+    );
+    assert!(line.contains(&want), "{line}");
+    // Three more retries, each after at least the 200 ms floor.
+    agent
+        .wait_for_log_count("bootstrap attempt failed", 4)
+        .await;
+    assert_eq!(
+        s.tp.csrs().len(),
+        1,
+        "one CSR, whatever the retries\n{}",
+        agent.log()
+    );
+    std::fs::remove_file(filler).unwrap();
+    agent.wait_for_log("node identity in place").await;
+    assert_eq!(s.tp.csrs().len(), 1);
+    let pems = std::fs::read_dir(&s.node.cert_dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".pem"))
+        .count();
+    assert_eq!(pems, 2, "one certificate file and the current symlink");
+    bootlet::api::kubeconfig::read(&s.node.kubeconfig, false).unwrap();
+    let (status, log) = agent.terminate().await;
+    assert!(status.success(), "{log}");
+    drop(fs);
+}
