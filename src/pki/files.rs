@@ -9,7 +9,7 @@ use std::time::SystemTime;
 
 use super::{split_pem, CertProfile, NodeKey, PrivateKeyPem};
 
-use atomic::{create_temp, is_temp_name, remove_temps, sync_dir, temp_name, write_error};
+use atomic::{create_temp, is_temp_name, remove_temps, sync_dir, temp_name, write_error, InFlight};
 pub use atomic::{sweep_temps_of, sweep_temps_of_in, write_atomic, write_atomic_in};
 pub use crash::CrashPlan;
 pub use fs::{Fs, Kind, Meta, RealFs};
@@ -306,9 +306,10 @@ impl<F: Fs> CertDir<F> {
     fn point_current_at(&self, target: &Path) -> Result<(), FilesError> {
         let current = self.current_path();
         let tmp = loop {
-            let tmp = self
-                .dir
-                .join(temp_name(&format!("{}-current.pem", self.prefix)));
+            let tmp = InFlight::new(
+                self.dir
+                    .join(temp_name(&format!("{}-current.pem", self.prefix))),
+            );
             match self.fs.symlink(target, &tmp) {
                 Ok(()) => break tmp,
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,

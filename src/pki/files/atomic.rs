@@ -2,8 +2,11 @@
 //! the directory; and the temp names a crash can leave behind, so they can be swept at
 //! start. Knows nothing about certificates; every file operation goes through [`Fs`].
 
+use std::collections::BTreeSet;
 use std::io;
+use std::ops::Deref;
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
 
 use super::fs::{Fs, RealFs};
 use super::{FilesError, CURRENT_FILE};
@@ -72,20 +75,56 @@ pub(super) fn is_temp_name(name: &str) -> bool {
         && ((stem.len() > 1 && stem.starts_with('.')) || stem == CURRENT_FILE)
 }
 
+/// The temp files and symlinks this process is writing now. A sweep never removes one:
+/// the client and serving loops each open the cert dir (and sweep it) while the other may
+/// be writing.
+static IN_FLIGHT: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
+
+fn in_flight() -> MutexGuard<'static, BTreeSet<PathBuf>> {
+    IN_FLIGHT.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A temp path, registered as in flight from before it is created until dropped.
+#[derive(Debug)]
+pub(super) struct InFlight(PathBuf);
+
+// === impl InFlight ===
+
+impl InFlight {
+    pub(super) fn new(path: PathBuf) -> InFlight {
+        in_flight().insert(path.clone());
+        InFlight(path)
+    }
+}
+
+impl Deref for InFlight {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        in_flight().remove(&self.0);
+    }
+}
+
 /// Creates `.NAME.tmp-RANDOM` beside `path` with O_EXCL and `mode`. A failure names
 /// `path`, the file being written (the temp's random name helps no one).
 pub(super) fn create_temp<F: Fs>(
     fs: &F,
     path: &Path,
     mode: u32,
-) -> Result<(PathBuf, F::File), FilesError> {
+) -> Result<(InFlight, F::File), FilesError> {
     let dir = parent(path)?;
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
     let name = name.ok_or_else(|| FilesError::NoParent {
         path: path.to_path_buf(),
     })?;
     loop {
-        let tmp = dir.join(temp_name(&name));
+        let tmp = InFlight::new(dir.join(temp_name(&name)));
         match fs.create_new(&tmp, mode) {
             Ok(file) => return Ok((tmp, file)),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
@@ -148,8 +187,8 @@ pub fn sweep_temps_of_in<F: Fs>(fs: &F, path: &Path) -> Result<Vec<String>, File
     Ok(removed)
 }
 
-/// Removes the entries of `dir` that are not directories and whose name `pick` chooses,
-/// then fsyncs `dir` if any went. Returns the names removed.
+/// Removes the entries of `dir` that are not directories, not in flight in this process,
+/// and whose name `pick` chooses, then fsyncs `dir` if any went. Returns the names removed.
 pub(super) fn remove_temps<F: Fs>(
     fs: &F,
     dir: &Path,
@@ -162,6 +201,9 @@ pub(super) fn remove_temps<F: Fs>(
             continue;
         }
         let path = dir.join(&name);
+        if in_flight().contains(&path) {
+            continue;
+        }
         match fs.remove_file(&path) {
             Ok(()) => removed.push(name.to_string_lossy().into_owned()),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
