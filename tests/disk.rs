@@ -179,7 +179,8 @@ async fn under(fault: Fault) -> String {
     )
     .await;
     let agent = Agent::spawn(&args(&s));
-    agent.wait_for_log("node identity in place").await;
+    // The rotation loop is up (it opens, and would recreate, the cert dir when it starts).
+    agent.wait_for_log("client certificate rotation scheduled").await;
     let current = s.node.current();
     let before = std::fs::read(&current).unwrap();
     let pki = s.node.cert_dir.clone();
