@@ -180,7 +180,9 @@ async fn under(fault: Fault) -> String {
     .await;
     let agent = Agent::spawn(&args(&s));
     // The rotation loop is up (it opens, and would recreate, the cert dir when it starts).
-    agent.wait_for_log("client certificate rotation scheduled").await;
+    agent
+        .wait_for_log("client certificate rotation scheduled")
+        .await;
     let current = s.node.current();
     let before = std::fs::read(&current).unwrap();
     let pki = s.node.cert_dir.clone();
