@@ -29,18 +29,24 @@ pub struct TestHooks {
     /// `--test-wedge-lease-after`: the Lease loop stops making progress after this long, so
     /// tests can prove the systemd watchdog restarts a wedged agent.
     pub wedge_lease_after: Option<std::time::Duration>,
+    /// `--test-crash-at`: SIGKILL before the Nth file operation (see `pki::files::crash`).
+    pub crash_at: Option<crate::pki::files::CrashPlan>,
 }
 
 impl From<&cli::Flags> for TestHooks {
     fn from(flags: &cli::Flags) -> Self {
         Self {
             wedge_lease_after: flags.test_wedge_lease_after,
+            crash_at: flags.test_crash_at,
         }
     }
 }
 
 /// Run until SIGTERM/SIGINT. Returns an error only when the agent cannot start.
 pub async fn run(settings: Settings, hooks: TestHooks) -> Result<(), Error> {
+    if let Some(plan) = hooks.crash_at {
+        crate::pki::files::crash::arm(plan);
+    }
     let health = Health::new(settings.renew_lease);
     let (trigger, shutdown) = shutdown::channel();
     let notifier = tokio::spawn(notify::run(health.clone(), shutdown.clone()));

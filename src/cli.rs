@@ -169,6 +169,12 @@ pub struct Flags {
     /// see many renewals quickly. Flag only; no config file key.
     #[arg(long, hide = true)]
     pub test_short_lease_interval: bool,
+
+    /// Test only: SIGKILL the process right before its Nth file operation in the cert dir
+    /// or on the kubeconfig (`trace`: print each one), so crash tests can stop it between
+    /// any two steps of a write. Flag only; no config file key.
+    #[arg(long, value_name = "N|trace", hide = true)]
+    pub test_crash_at: Option<crate::pki::files::CrashPlan>,
 }
 
 /// Parses `args` (including the program name). `Err` carries clap's message, and for

@@ -146,13 +146,28 @@ impl<'a> Bootstrap<'a> {
     /// time), or an unusable cert dir. Later failures are logged and retried with backoff.
     pub async fn run(&self) -> Result<Credentials, BootstrapError> {
         let dir = CertDir::open(&self.settings.cert_dir)?;
+        // The kubeconfig's directory is not the cert dir: its crash leftovers go here.
+        if let Err(e) = crate::pki::files::sweep_temps_of(&self.settings.kubeconfig) {
+            tracing::warn!(error = %report(&e), "cannot remove temp files beside the kubeconfig");
+        }
         if let Some(creds) = self.reuse(&dir)? {
             return Ok(creds);
         }
         let mut attempts = self.settings.csr_backoff();
         let mut first = true;
         loop {
-            match self.attempt(&dir).await {
+            // A retry first looks for a certificate an earlier attempt installed before it
+            // failed (writing the kubeconfig, say): publishing that one again beats filing
+            // a new CSR for a new key on every retry.
+            let result = match first {
+                true => self.attempt(&dir).await,
+                false => match self.reuse(&dir) {
+                    Ok(Some(creds)) => Ok(creds),
+                    Ok(None) => self.attempt(&dir).await,
+                    Err(e) => Err(e),
+                },
+            };
+            match result {
                 Ok(creds) => return Ok(creds),
                 Err(BootstrapError::NoBootstrap {
                     source: KubeconfigError::Missing { path },

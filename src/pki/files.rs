@@ -1,19 +1,25 @@
 //! The cert dir in the kubelet's layout: timestamped `kubelet-client-*.pem` (chain then
 //! key, 0600), the atomically swapped `kubelet-client-current.pem` symlink, the pending
 //! key, and `write_atomic` for every file bootlet writes. Does not validate certificates.
+//! Every file operation goes through the [`Fs`] seam (`RealFs` in production).
 
-use std::fs;
-use std::io::{self, Write as _};
-use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, PermissionsExt as _};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use super::{split_pem, CertProfile, NodeKey, PrivateKeyPem};
 
-pub use atomic::write_atomic;
-use atomic::{create_temp, is_temp_name, sync_dir, temp_name};
+use atomic::{create_temp, is_temp_name, remove_temps, sync_dir, temp_name, write_error, InFlight};
+pub use atomic::{sweep_temps_of, sweep_temps_of_in, write_atomic, write_atomic_in};
+pub use crash::CrashPlan;
+pub use fs::{Fs, Kind, Meta, RealFs};
 
 mod atomic;
+pub mod crash;
+mod fs;
+mod prune;
+#[cfg(test)]
+pub(crate) mod sim;
 
 /// The symlink the kubelet and kubelet.conf read.
 pub const CURRENT_FILE: &str = "kubelet-client-current.pem";
@@ -40,6 +46,12 @@ pub enum FilesError {
     },
     #[error("{path}: cannot write", path = .path.display())]
     Write { path: PathBuf, source: io::Error },
+    #[error("{path}: cannot write: the directory {dir} is gone (deleted while bootlet runs? recreate it, mode 0700)", path = .path.display(), dir = .dir.display())]
+    DirGone {
+        path: PathBuf,
+        dir: PathBuf,
+        source: io::Error,
+    },
     #[error("{path}: cannot read", path = .path.display())]
     Read { path: PathBuf, source: io::Error },
     #[error("{path}: cannot rename into place", path = .path.display())]
@@ -73,11 +85,13 @@ pub enum FilesError {
 }
 
 /// The cert dir (`--cert-dir`), absolute, mode 0700, seen through one certificate's file
-/// prefix (`kubelet-client` from `open`; [`CertDir::for_profile`] for another).
+/// prefix (`kubelet-client` from `open`; [`CertDir::for_profile`] for another), on the
+/// filesystem `F` (the real one unless a test says otherwise).
 #[derive(Clone, Debug)]
-pub struct CertDir {
+pub struct CertDir<F: Fs = RealFs> {
     dir: PathBuf,
     prefix: &'static str,
+    fs: F,
 }
 
 // === impl CertDir ===
@@ -88,85 +102,7 @@ impl CertDir {
     /// in production); tightens a looser mode to 0700; removes the temp files a crash left
     /// (`.*.tmp-RANDOM`). The caller is the only writer of the dir while it opens it.
     pub fn open(dir: &Path) -> Result<CertDir, FilesError> {
-        let dir = std::path::absolute(dir).map_err(|source| FilesError::CreateDir {
-            path: dir.to_path_buf(),
-            source,
-        })?;
-        let create_err = |source| FilesError::CreateDir {
-            path: dir.clone(),
-            source,
-        };
-        let meta = match fs::symlink_metadata(&dir) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(DIR_MODE)
-                    .create(&dir)
-                    .map_err(create_err)?;
-                fs::symlink_metadata(&dir).map_err(create_err)?
-            }
-            meta => meta.map_err(create_err)?,
-        };
-        if meta.file_type().is_symlink() {
-            let target = fs::read_link(&dir).map_err(create_err)?;
-            return Err(FilesError::Symlinked { path: dir, target });
-        }
-        if !meta.is_dir() {
-            return Err(FilesError::NotADirectory { path: dir });
-        }
-        let euid = rustix::process::geteuid().as_raw();
-        if meta.uid() != euid {
-            return Err(FilesError::NotOurs {
-                path: dir,
-                owner: meta.uid(),
-                euid,
-            });
-        }
-        let mode = meta.permissions().mode() & 0o7777;
-        if mode != DIR_MODE {
-            fs::set_permissions(&dir, fs::Permissions::from_mode(DIR_MODE)).map_err(|source| {
-                FilesError::Chmod {
-                    path: dir.clone(),
-                    mode: DIR_MODE,
-                    source,
-                }
-            })?;
-            tracing::info!(dir = %dir.display(), "cert dir mode {mode:04o} tightened to {DIR_MODE:04o}");
-        }
-        let cd = CertDir {
-            dir,
-            prefix: CLIENT_PREFIX,
-        };
-        cd.sweep_temps()?;
-        Ok(cd)
-    }
-
-    /// Removes crash leftovers: temp files and temp symlinks named by [`temp_name`].
-    fn sweep_temps(&self) -> Result<(), FilesError> {
-        let list_err = |source| FilesError::List {
-            path: self.dir.clone(),
-            source,
-        };
-        let mut removed = Vec::new();
-        for entry in fs::read_dir(&self.dir).map_err(list_err)? {
-            let entry = entry.map_err(list_err)?;
-            let name = entry.file_name();
-            let is_dir = entry.file_type().map_err(list_err)?.is_dir();
-            if is_dir || !name.to_str().is_some_and(is_temp_name) {
-                continue;
-            }
-            let path = self.dir.join(&name);
-            match fs::remove_file(&path) {
-                Ok(()) => removed.push(name.to_string_lossy().into_owned()),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(source) => return Err(FilesError::Remove { path, source }),
-            }
-        }
-        if !removed.is_empty() {
-            sync_dir(&self.dir)?;
-            tracing::info!(dir = %self.dir.display(), files = ?removed, "removed temp files left by an interrupted write");
-        }
-        Ok(())
+        CertDir::open_in(RealFs, dir)
     }
 
     /// A read-only view of `dir`, for a tool that must change nothing (doctor): no creation,
@@ -175,14 +111,99 @@ impl CertDir {
         CertDir {
             dir: std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf()),
             prefix: CLIENT_PREFIX,
+            fs: RealFs,
         }
+    }
+}
+
+impl<F: Fs> CertDir<F> {
+    /// [`CertDir::open`] on `fs`.
+    pub fn open_in(fs: F, dir: &Path) -> Result<CertDir<F>, FilesError> {
+        let dir = std::path::absolute(dir).map_err(|source| FilesError::CreateDir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        let create_err = |source| FilesError::CreateDir {
+            path: dir.clone(),
+            source,
+        };
+        let meta = match fs.symlink_metadata(&dir) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs.create_dir_all(&dir, DIR_MODE).map_err(create_err)?;
+                fs.symlink_metadata(&dir).map_err(create_err)?
+            }
+            meta => meta.map_err(create_err)?,
+        };
+        if meta.kind == Kind::Symlink {
+            let target = fs.read_link(&dir).map_err(create_err)?;
+            return Err(FilesError::Symlinked { path: dir, target });
+        }
+        if meta.kind != Kind::Dir {
+            return Err(FilesError::NotADirectory { path: dir });
+        }
+        let euid = rustix::process::geteuid().as_raw();
+        if meta.uid != euid {
+            return Err(FilesError::NotOurs {
+                path: dir,
+                owner: meta.uid,
+                euid,
+            });
+        }
+        let mode = meta.mode;
+        if mode != DIR_MODE {
+            fs.set_dir_mode(&dir, DIR_MODE)
+                .map_err(|source| FilesError::Chmod {
+                    path: dir.clone(),
+                    mode: DIR_MODE,
+                    source,
+                })?;
+            tracing::info!(dir = %dir.display(), "cert dir mode {mode:04o} tightened to {DIR_MODE:04o}");
+        }
+        let cd = CertDir {
+            dir,
+            prefix: CLIENT_PREFIX,
+            fs,
+        };
+        cd.sweep_temps()?;
+        Ok(cd)
+    }
+
+    /// Removes crash leftovers: temp files and temp symlinks named by [`temp_name`].
+    fn sweep_temps(&self) -> Result<(), FilesError> {
+        let entries = self
+            .fs
+            .read_dir(&self.dir)
+            .map_err(|source| FilesError::List {
+                path: self.dir.clone(),
+                source,
+            })?;
+        let removed = remove_temps(&self.fs, &self.dir, entries, is_temp_name)?;
+        if !removed.is_empty() {
+            tracing::info!(dir = %self.dir.display(), files = ?removed, "removed temp files left by an interrupted write");
+        }
+        Ok(())
+    }
+
+    /// Removes this profile's temp certificate files and temp symlinks that a failed install
+    /// could not remove (the filesystem went read-only under it), so they do not pile up
+    /// in a long-running agent. Each profile installs from one task, one install at a
+    /// time, so none of them is in flight. Best effort: the install reports its own error.
+    fn sweep_own_temps(&self) {
+        let Ok(entries) = self.fs.read_dir(&self.dir) else {
+            return;
+        };
+        let own = format!(".{}-", self.prefix);
+        let _ = remove_temps(&self.fs, &self.dir, entries, |n| {
+            is_temp_name(n) && n.starts_with(&own)
+        });
     }
 
     /// The same directory, for `profile`'s files (`kubelet-server-*` for the serving one).
-    pub fn for_profile(&self, profile: &CertProfile) -> CertDir {
+    pub fn for_profile(&self, profile: &CertProfile) -> CertDir<F> {
         CertDir {
             dir: self.dir.clone(),
             prefix: profile.file_prefix(),
+            fs: self.fs.clone(),
         }
     }
 
@@ -206,7 +227,7 @@ impl CertDir {
     /// certificate or key is an error naming it.
     pub fn read_current(&self) -> Result<Option<(String, PrivateKeyPem)>, FilesError> {
         let path = self.current_path();
-        let text = match fs::read_to_string(&path) {
+        let text = match self.fs.read_to_string(&path) {
             Ok(text) => text,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(source) => return Err(FilesError::Read { path, source }),
@@ -238,24 +259,25 @@ impl CertDir {
         }
         body.push_str(key.as_str());
 
+        self.sweep_own_temps();
         // Fully written temp file first, then a hard link to the first free name: the
         // link fails instead of replacing an existing file.
-        let (tmp, mut file) = create_temp(
-            &self.dir.join(format!("{}-{stamp}{SUFFIX}", self.prefix)),
-            FILE_MODE,
-        )?;
-        let written = file
-            .write_all(body.as_bytes())
-            .and_then(|()| file.set_permissions(fs::Permissions::from_mode(FILE_MODE)))
-            .and_then(|()| file.sync_all())
+        let wanted = self.dir.join(format!("{}-{stamp}{SUFFIX}", self.prefix));
+        let (tmp, mut file) = create_temp(&self.fs, &wanted, FILE_MODE)?;
+        let fs = &self.fs;
+        let written = fs
+            .write_all(&mut file, &tmp, body.as_bytes())
+            .and_then(|()| fs.set_mode(&mut file, &tmp, FILE_MODE))
+            .and_then(|()| fs.sync(&mut file, &tmp))
             .map_err(|source| FilesError::Write {
-                path: tmp.clone(),
+                path: wanted.clone(),
                 source,
             });
+        drop(file);
         let linked = written.and_then(|()| self.link_free_name(&tmp, &stamp));
-        let _ = fs::remove_file(&tmp);
+        let _ = fs.remove_file(&tmp);
         let target = linked?;
-        sync_dir(&self.dir)?;
+        sync_dir(fs, &self.dir)?;
         self.point_current_at(&target)?;
         Ok(target)
     }
@@ -267,7 +289,7 @@ impl CertDir {
                 n => format!("{}-{stamp}-{n}{SUFFIX}", self.prefix),
             };
             let target = self.dir.join(name);
-            match fs::hard_link(tmp, &target) {
+            match self.fs.hard_link(tmp, &target) {
                 Ok(()) => return Ok(target),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
                 Err(source) => {
@@ -285,23 +307,32 @@ impl CertDir {
     fn point_current_at(&self, target: &Path) -> Result<(), FilesError> {
         let current = self.current_path();
         let tmp = loop {
-            let tmp = self
-                .dir
-                .join(temp_name(&format!("{}-current.pem", self.prefix)));
-            match std::os::unix::fs::symlink(target, &tmp) {
+            let tmp = InFlight::new(
+                self.dir
+                    .join(temp_name(&format!("{}-current.pem", self.prefix))),
+            );
+            match self.fs.symlink(target, &tmp) {
                 Ok(()) => break tmp,
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
-                Err(source) => return Err(FilesError::Symlink { path: tmp, source }),
+                Err(source) => {
+                    return Err(match write_error(&self.fs, &current, source) {
+                        FilesError::Write { source, .. } => FilesError::Symlink {
+                            path: current,
+                            source,
+                        },
+                        gone => gone,
+                    })
+                }
             }
         };
-        if let Err(source) = fs::rename(&tmp, &current) {
-            let _ = fs::remove_file(&tmp);
+        if let Err(source) = self.fs.rename(&tmp, &current) {
+            let _ = self.fs.remove_file(&tmp);
             return Err(FilesError::Rename {
                 path: current,
                 source,
             });
         }
-        sync_dir(&self.dir)
+        sync_dir(&self.fs, &self.dir)
     }
 
     /// The pending key of a CSR not yet issued, if one was stored. A pending key that is
@@ -309,7 +340,7 @@ impl CertDir {
     /// removing its pending key) is removed, never certified again: `None`.
     pub fn load_pending_key(&self) -> Result<Option<PrivateKeyPem>, FilesError> {
         let path = self.pending_key_path();
-        let pending = match fs::read_to_string(&path) {
+        let pending = match self.fs.read_to_string(&path) {
             Ok(text) => PrivateKeyPem::new(text),
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(source) => return Err(FilesError::Read { path, source }),
@@ -336,74 +367,28 @@ impl CertDir {
 
     /// Stores the pending key, 0600, atomically.
     pub fn store_pending_key(&self, key: &PrivateKeyPem) -> Result<(), FilesError> {
-        write_atomic(&self.pending_key_path(), key.as_str().as_bytes(), FILE_MODE)
+        write_atomic_in(
+            &self.fs,
+            &self.pending_key_path(),
+            key.as_str().as_bytes(),
+            FILE_MODE,
+        )
     }
 
     /// Removes the pending key; absent is fine.
     pub fn remove_pending_key(&self) -> Result<(), FilesError> {
         let path = self.pending_key_path();
-        match fs::remove_file(&path) {
-            Ok(()) => sync_dir(&self.dir),
+        match self.fs.remove_file(&path) {
+            Ok(()) => sync_dir(&self.fs, &self.dir),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             Err(source) => Err(FilesError::Remove { path, source }),
         }
     }
-
-    /// Removes the oldest timestamped `kubelet-client-*.pem` beyond the newest `keep`,
-    /// never the current symlink's target. Returns what was removed, oldest first.
-    pub fn prune(&self, keep: usize) -> Result<Vec<PathBuf>, FilesError> {
-        let list_err = |source| FilesError::List {
-            path: self.dir.clone(),
-            source,
-        };
-        let current_target = fs::read_link(self.current_path())
-            .ok()
-            .and_then(|t| t.file_name().map(|n| n.to_os_string()));
-        let mut stamped = Vec::new();
-        for entry in fs::read_dir(&self.dir).map_err(list_err)? {
-            let name = entry.map_err(list_err)?.file_name();
-            if let Some(order) = name.to_str().and_then(|n| timestamp_order(self.prefix, n)) {
-                stamped.push((order, name));
-            }
-        }
-        stamped.sort();
-        let excess = stamped.len().saturating_sub(keep);
-        let mut removed = Vec::new();
-        for (_, name) in stamped.into_iter().take(excess) {
-            if Some(&name) == current_target.as_ref() {
-                continue;
-            }
-            let path = self.dir.join(&name);
-            fs::remove_file(&path).map_err(|source| FilesError::Remove {
-                path: path.clone(),
-                source,
-            })?;
-            removed.push(path);
-        }
-        if !removed.is_empty() {
-            sync_dir(&self.dir)?;
-        }
-        Ok(removed)
-    }
-}
-
-/// `PREFIX-YYYY-MM-DD-HH-MM-SS[-N].pem` → sort key (stamp, N); other names → None.
-fn timestamp_order(prefix: &str, name: &str) -> Option<(String, u32)> {
-    let rest = name
-        .strip_prefix(prefix)?
-        .strip_prefix('-')?
-        .strip_suffix(SUFFIX)?;
-    let (stamp, n) = match rest.get(19..) {
-        Some("") => (rest, 0),
-        Some(tail) => (&rest[..19], tail.strip_prefix('-')?.parse().ok()?),
-        None => return None,
-    };
-    let shape_ok = stamp.bytes().enumerate().all(|(i, b)| match i {
-        4 | 7 | 10 | 13 | 16 => b == b'-',
-        _ => b.is_ascii_digit(),
-    });
-    shape_ok.then(|| (stamp.to_string(), n))
 }
 
 #[cfg(test)]
+mod powercut;
+#[cfg(test)]
 mod tests;
+#[cfg(test)]
+use prune::timestamp_order;

@@ -1,6 +1,8 @@
 use super::*;
 use crate::pki::tests::FIXED_KEY;
 use crate::pki::verify::tests::at;
+use std::fs;
+use std::os::unix::fs::PermissionsExt as _;
 
 const CHAIN: &str = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
 
@@ -381,4 +383,25 @@ fn a_pending_key_that_is_the_installed_key_is_removed_not_reused() {
     assert_eq!(cd.load_pending_key().unwrap(), Some(key()));
     fs::write(cd.current_path(), CHAIN).unwrap();
     assert_eq!(cd.load_pending_key().unwrap(), Some(key()));
+}
+
+/// The serving loop opens the cert dir (and sweeps it) while the client's rotation may be
+/// writing, and the other way round: an open never removes a temp file this process has
+/// in flight, only leftovers of an earlier one.
+#[test]
+fn an_open_never_sweeps_a_temp_file_this_process_is_writing() {
+    let root = tempfile::tempdir().unwrap();
+    let cd = CertDir::open(root.path()).unwrap();
+    let (tmp, _file) = create_temp(&RealFs, &cd.pending_key_path(), FILE_MODE).unwrap();
+    let leftover = cd
+        .path()
+        .join(".kubelet-server.key.tmp.tmp-0123456789abcdef");
+    fs::write(&leftover, "x").unwrap();
+    CertDir::open(root.path()).unwrap();
+    assert!(tmp.exists(), "the open removed a write in flight");
+    assert!(!leftover.exists());
+    let path = tmp.to_path_buf();
+    drop(tmp);
+    CertDir::open(root.path()).unwrap();
+    assert!(!path.exists(), "once no longer in flight, it is a leftover");
 }
