@@ -189,8 +189,9 @@ async fn persistent_429s_are_not_retried_before_retry_after() {
 
     let periods = (WINDOW.as_secs_f64() / INTERVAL.as_secs_f64()) as usize;
     assert!(window.iter().all(|r| r.status == 429), "{window:?}");
+    // One renewal per slot (the window's edges may cut one off), no retry in between.
     assert!(
-        (periods..=periods + 1).contains(&window.len()),
+        (periods - 1..=periods + 1).contains(&window.len()),
         "{} Lease requests in {WINDOW:?} of 429s with Retry-After 2 s: {:?}",
         window.len(),
         window.iter().map(|r| r.at).collect::<Vec<_>>()

@@ -44,6 +44,18 @@ pub enum CsrError {
     Timeout { name: String, after: Duration },
     #[error("CSR {name} was deleted while bootlet waited for it")]
     Deleted { name: String },
+    #[error("CSR {name}: the API server's answer about it cannot be used; not trusting this CSR, starting over with a fresh key")]
+    Unreadable {
+        name: String,
+        #[source]
+        source: api::Error,
+    },
+    #[error("CSR {name} was replaced under the watch (uid {was} is now {now}): its verdict is not about the request bootlet filed; starting over with a fresh key")]
+    Replaced {
+        name: String,
+        was: String,
+        now: String,
+    },
     #[error("building the CSR")]
     Build(#[source] pki::PkiError),
 }
@@ -71,6 +83,39 @@ pub enum Pending {
     AwaitingApproval,
     /// Approved for longer than the warning threshold with no certificate.
     ApprovedNotIssued,
+}
+
+/// Longest piece of an object's name or uid from the server that goes into a log line.
+const MAX_SERVER_TEXT: usize = 100;
+
+// === impl CsrError ===
+
+impl CsrError {
+    /// This CSR cannot lead to a certificate: the server's answers about it are unusable
+    /// (over the body cap, not the expected JSON) or it is another object now. The pending
+    /// key goes with it, like after a refusal: adopting the same CSR again would get the
+    /// same answer.
+    pub fn is_poisoned(&self) -> bool {
+        matches!(
+            self,
+            CsrError::NameTaken { .. } | CsrError::Unreadable { .. } | CsrError::Replaced { .. }
+        )
+    }
+
+    /// An API error about CSR `name`: unusable answers poison it, the rest are failures.
+    fn from_api(name: &str, source: api::Error) -> CsrError {
+        let name = name.to_string();
+        if source.is_unusable_answer() {
+            CsrError::Unreadable { name, source }
+        } else {
+            CsrError::Api { name, source }
+        }
+    }
+}
+
+/// Server text for a log line: at most [`MAX_SERVER_TEXT`] characters.
+fn clip(text: &str) -> String {
+    text.chars().take(MAX_SERVER_TEXT).collect()
 }
 
 /// Bounds on one wait.
@@ -112,10 +157,7 @@ pub async fn file(
 ) -> Result<String, CsrError> {
     let csr = build(key, profile).map_err(CsrError::Build)?;
     let name = csr.metadata.name.clone().unwrap_or_default();
-    let api = |source| CsrError::Api {
-        name: name.clone(),
-        source,
-    };
+    let api = |source| CsrError::from_api(&name, source);
     let created = retrying("creating the CSR", retry, || {
         client.create::<_, CertificateSigningRequest>(CSR_PATH, &csr)
     })
@@ -200,15 +242,15 @@ async fn watch_until_decided(
     retry: &mut Backoff,
     on_pending: &mut (dyn FnMut(Pending) + Send),
 ) -> Result<Verdict, CsrError> {
-    let api = |source| CsrError::Api {
-        name: name.to_string(),
-        source,
-    };
+    let api = |source| CsrError::from_api(name, source);
     let selector = format!("fieldSelector=metadata.name%3D{name}");
     let mut tracker = ApprovalTracker::new(opts.not_issued_warning);
     on_pending(Pending::AwaitingApproval);
     let mut rewatch = Backoff::new(REWATCH_MIN, REWATCH_MAX, 0.2).expect("constant bounds");
     let mut empty_streams = 0u32;
+    // The object we wait on, by uid, from the first time we see it.
+    let mut uid: Option<String> = None;
+    let mut warned_foreign = false;
     // `None`: list first (at start and after a 410); `Some(rv)`: watch from rv.
     let mut version: Option<String> = None;
     loop {
@@ -223,6 +265,7 @@ async fn watch_until_decided(
             let Some(csr) = list.items.iter().find(|c| ours(name, c)) else {
                 return Err(CsrError::Deleted { name: name.into() });
             };
+            same_object(name, &mut uid, csr)?;
             if let Some(v) = tracker.observe(csr, on_pending) {
                 return Ok(v);
             }
@@ -235,13 +278,35 @@ async fn watch_until_decided(
         let mut last = rv;
         let step = match EventStream::open(client, path, WATCH_TIMEOUT, WATCH_IDLE).await {
             Ok(mut stream) => {
-                follow(name, &mut stream, &mut last, &mut tracker, opts, on_pending).await
+                let mut watched = Watched {
+                    name,
+                    uid: &mut uid,
+                    last: &mut last,
+                    tracker: &mut tracker,
+                };
+                follow(&mut stream, &mut watched, opts, on_pending).await
             }
             Err(e) => Err(e),
         };
         match step {
             Ok(Step::Decided(v)) => return Ok(v),
             Ok(Step::Deleted) => return Err(CsrError::Deleted { name: name.into() }),
+            Ok(Step::Replaced(e)) => return Err(e),
+            // An answer about another object on a watch of ours by name: the server (or a
+            // proxy) ignores the field selector or garbles what it sends. Nothing in this
+            // stream can be trusted to be about our CSR, and it may have carried our
+            // verdict under the wrong name: list ours again, after the re-watch floor.
+            Ok(Step::Foreign { other }) => {
+                let message = "a CSR watch reported another object; ignoring it and listing the CSR again (the API server or a proxy ignores the field selector or garbles answers)";
+                if !std::mem::replace(&mut warned_foreign, true) {
+                    tracing::warn!(csr = %name, other = %clip(&other), "{message}");
+                } else {
+                    tracing::debug!(csr = %name, other = %clip(&other), "{message}");
+                }
+                tokio::time::sleep(rewatch.next_delay()).await;
+                version = None;
+                empty_streams = 0;
+            }
             // A stream resumes from the last version seen. Two empty streams in a row told
             // us nothing (a proxy cutting every watch at once would leave us blind until
             // --csr-timeout): list again for the current state.
@@ -276,6 +341,12 @@ async fn watch_until_decided(
 enum Step {
     Decided(Verdict),
     Deleted,
+    /// Our name, another uid: not the object we filed.
+    Replaced(CsrError),
+    /// An event about another object (its name).
+    Foreign {
+        other: String,
+    },
     /// The server closed the stream or it went idle: resume from the last version.
     /// `delivered`: the stream carried at least one event before it ended.
     Ended {
@@ -288,44 +359,89 @@ fn ours(name: &str, csr: &CertificateSigningRequest) -> bool {
     csr.metadata.name.as_deref() == Some(name)
 }
 
-/// Read one watch stream until the CSR is decided or the stream ends, keeping `last`
+/// What a watch stream updates: the CSR it is about (name and, once seen, uid), the newest
+/// resourceVersion seen, and the approval state.
+struct Watched<'a> {
+    name: &'a str,
+    uid: &'a mut Option<String>,
+    last: &'a mut String,
+    tracker: &'a mut ApprovalTracker,
+}
+
+/// The first uid seen for `name` is the object we wait on; another one later means it was
+/// replaced behind our back (deleted and created again by someone else).
+fn same_object(
+    name: &str,
+    uid: &mut Option<String>,
+    csr: &CertificateSigningRequest,
+) -> Result<(), CsrError> {
+    let Some(now) = csr.metadata.uid.as_deref() else {
+        return Ok(());
+    };
+    match uid.as_deref() {
+        None => {
+            *uid = Some(now.to_string());
+            Ok(())
+        }
+        Some(was) if was == now => Ok(()),
+        Some(was) => Err(CsrError::Replaced {
+            name: name.to_string(),
+            was: clip(was),
+            now: clip(now),
+        }),
+    }
+}
+
+/// Read one watch stream until the CSR is decided or the stream ends, keeping `w.last`
 /// at the newest resourceVersion seen.
 async fn follow(
-    name: &str,
     stream: &mut EventStream<CertificateSigningRequest>,
-    last: &mut String,
-    tracker: &mut ApprovalTracker,
+    w: &mut Watched<'_>,
     opts: &WaitOptions,
     on_pending: &mut (dyn FnMut(Pending) + Send),
 ) -> Result<Step, api::Error> {
+    let name = w.name;
     let mut delivered = false;
     loop {
         let event = tokio::select! {
             event = stream.next() => event?,
-            () = tracker.warning_due() => {
+            () = w.tracker.warning_due() => {
                 tracing::warn!(csr = %name, "CSR approved but not issued after {}: is a signer running (kube-controller-manager --cluster-signing-*)?", crate::runtime::health::human(opts.not_issued_warning));
                 on_pending(Pending::ApprovedNotIssued);
                 continue;
             }
         };
-        delivered |= event.is_some();
         match event {
             Some(WatchEvent::Added(csr) | WatchEvent::Modified(csr)) => {
-                if let Some(rv) = &csr.metadata.resource_version {
-                    last.clone_from(rv);
-                }
                 if !ours(name, &csr) {
-                    continue;
+                    return Ok(Step::Foreign {
+                        other: csr.metadata.name.unwrap_or_default(),
+                    });
                 }
-                if let Some(v) = tracker.observe(&csr, on_pending) {
+                if let Err(e) = same_object(name, w.uid, &csr) {
+                    return Ok(Step::Replaced(e));
+                }
+                if let Some(rv) = &csr.metadata.resource_version {
+                    w.last.clone_from(rv);
+                }
+                delivered = true;
+                if let Some(v) = w.tracker.observe(&csr, on_pending) {
                     return Ok(Step::Decided(v));
                 }
             }
             Some(WatchEvent::Deleted(csr)) if ours(name, &csr) => return Ok(Step::Deleted),
+            Some(WatchEvent::Deleted(csr)) => {
+                return Ok(Step::Foreign {
+                    other: csr.metadata.name.unwrap_or_default(),
+                })
+            }
             Some(WatchEvent::Bookmark {
                 resource_version, ..
-            }) => *last = resource_version,
-            Some(_) => {}
+            }) => {
+                delivered = true;
+                *w.last = resource_version;
+            }
+            Some(_) => delivered = true,
             None => return Ok(Step::Ended { delivered }),
         }
     }
