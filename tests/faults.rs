@@ -64,12 +64,7 @@ fn loud(lines: &[String]) -> usize {
 
 /// Every log line after the first `from`.
 fn lines_since(agent: &Agent, from: usize) -> Vec<String> {
-    agent
-        .log()
-        .lines()
-        .skip(from)
-        .map(str::to_string)
-        .collect()
+    agent.log().lines().skip(from).map(str::to_string).collect()
 }
 
 fn log_len(agent: &Agent) -> usize {
@@ -90,7 +85,10 @@ async fn renewals(events: &mut tokio::sync::broadcast::Receiver<Event>, node: &s
 }
 
 /// How long after now the next renewal of `node` lands.
-async fn next_renewal(events: &mut tokio::sync::broadcast::Receiver<Event>, node: &str) -> Duration {
+async fn next_renewal(
+    events: &mut tokio::sync::broadcast::Receiver<Event>,
+    node: &str,
+) -> Duration {
     let back = Instant::now();
     renewals(events, node, 1).await;
     back.elapsed()
@@ -99,7 +97,10 @@ async fn next_renewal(events: &mut tokio::sync::broadcast::Receiver<Event>, node
 /// The CPU time (all threads) of process `pid` so far.
 fn cpu(pid: u32) -> Duration {
     let mut ns = 0;
-    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().flatten() {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+    {
         let text = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
         ns += testplane::sched::schedstat(&text).0;
     }
@@ -133,8 +134,8 @@ async fn renewing(
 }
 
 #[tokio::test]
-async fn a_storm_of_500s_is_retried_within_floor_and_cap_and_the_lease_returns_within_one_interval(
-) {
+async fn a_storm_of_500s_is_retried_within_floor_and_cap_and_the_lease_returns_within_one_interval()
+{
     let (tp, _node, agent, _events) = renewing("storm").await;
     let (before, lines) = (lease_requests(&tp, "storm").len(), log_len(&agent));
     tp.faults().fail_always(Some(500));
@@ -227,7 +228,10 @@ async fn bootstrap_backs_off_through_a_storm_of_500s_and_completes_when_it_ends(
         window.len()
     );
     assert!(min_gap(&window) >= Duration::from_millis(400), "{window:?}");
-    let retries = log.lines().filter(|l| l.contains("failed; retrying")).count();
+    let retries = log
+        .lines()
+        .filter(|l| l.contains("failed; retrying"))
+        .count();
     assert!(retries <= window.len(), "one line per retry:\n{log}");
     // The next attempt after the storm is at most one back-off step away.
     assert!(start.elapsed() < WINDOW + Duration::from_secs(5));
@@ -250,14 +254,16 @@ async fn bootstrap_waits_retry_after_through_persistent_429s() {
         "{} CSR requests in {WINDOW:?} of 429s with Retry-After 2 s",
         window.len()
     );
-    assert!(min_gap(&window) >= Duration::from_millis(1900), "{window:?}");
+    assert!(
+        min_gap(&window) >= Duration::from_millis(1900),
+        "{window:?}"
+    );
     let (status, log) = agent.terminate().await;
     assert!(status.success(), "{log}");
 }
 
 #[tokio::test]
-async fn an_outage_costs_under_one_percent_of_a_core_and_the_lease_returns_within_one_interval()
-{
+async fn an_outage_costs_under_one_percent_of_a_core_and_the_lease_returns_within_one_interval() {
     let (tp, _node, agent, mut events) = renewing("outage").await;
     let lines = log_len(&agent);
     let cpu_before = cpu(agent.pid());
@@ -274,7 +280,10 @@ async fn an_outage_costs_under_one_percent_of_a_core_and_the_lease_returns_withi
         "{spent:?} of CPU in a {lasted:?} outage"
     );
     assert!(loud(&log) <= periods + 1, "{}", log.join("\n"));
-    assert!(back <= INTERVAL + SLACK, "renewed {back:?} after the outage");
+    assert!(
+        back <= INTERVAL + SLACK,
+        "renewed {back:?} after the outage"
+    );
     let (status, log) = agent.terminate().await;
     assert!(status.success(), "{log}");
 }
@@ -364,7 +373,10 @@ async fn watches_reset_mid_stream_are_resumed_after_a_floor_and_the_approval_sti
     tp.approve(&name).unwrap();
     agent.wait_for_log("client certificate installed").await;
 
-    let watches = window.iter().filter(|r| r.path.contains("watch=true")).count();
+    let watches = window
+        .iter()
+        .filter(|r| r.path.contains("watch=true"))
+        .count();
     assert!(resets >= 1, "no watch was reset");
     // Re-watches wait a jittered 1 s, doubling: at most 1 + 2 s fit, and every second
     // empty stream lists again.

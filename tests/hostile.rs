@@ -1,6 +1,6 @@
 //! Hostile or broken answers from the API server (issue #14): certificates for another key
 //! or node, expired, not yet valid, without clientAuth, from another CA, a 10,000-certificate
-//! chain, a truncated PEM, `status.certificate` that is not base64, answers over the body
+//! chain (over the body cap) and a 3,000-certificate one (under it), a truncated PEM, `status.certificate` that is not base64, answers over the body
 //! cap, a CSR whose name or UID changes under the watch, a Lease answer that is not JSON.
 //! Each is refused with a line that says what was wrong, nothing is written (the cert dir
 //! and the kubeconfig stay byte for byte), the process stays up, and it recovers once the
@@ -106,6 +106,12 @@ fn hostiles() -> Vec<Hostile> {
             says: "response larger than 4194304 bytes",
         },
         Hostile {
+            what: "a 3,000-certificate chain under the body cap",
+            give: |tp| signer(tp, Signer::LongChain(3_000)),
+            cut: false,
+            says: "issued chain holds 3000 certificates",
+        },
+        Hostile {
             what: "a certificate for another node",
             cut: false,
             give: |tp| signer(tp, Signer::WrongNode),
@@ -143,7 +149,10 @@ fn hostiles() -> Vec<Hostile> {
         Hostile {
             what: "an answer over the body cap",
             cut: true,
-            give: |tp| tp.faults().answer(AnswerRule::new(CSRS, Answer::pad(CAP + 1))),
+            give: |tp| {
+                tp.faults()
+                    .answer(AnswerRule::new(CSRS, Answer::pad(CAP + 1)))
+            },
             says: "response larger than 4194304 bytes",
         },
         Hostile {
@@ -256,7 +265,9 @@ async fn broken_certificates_in_a_rotation_leave_the_current_one_untouched_and_i
         .unwrap();
     let mut events = tp.events();
     let agent = Agent::spawn(&args(&node, "hostile-rot", &[]));
-    agent.wait_for_log("reusing the valid client certificate").await;
+    agent
+        .wait_for_log("reusing the valid client certificate")
+        .await;
     agent.wait_for_log("rotating the client certificate").await;
     let before = written(&node);
     assert!(before.contains_key("kubelet.conf"), "{:?}", before.keys());
@@ -274,7 +285,11 @@ async fn broken_certificates_in_a_rotation_leave_the_current_one_untouched_and_i
     agent.wait_for_log("client certificate rotated").await;
     let (status, log) = agent.terminate().await;
     assert!(status.success(), "{log}");
-    assert_ne!(written(&node), before, "the rotation installed a new certificate");
+    assert_ne!(
+        written(&node),
+        before,
+        "the rotation installed a new certificate"
+    );
 }
 
 /// Until the agent watches CSR `name` (its approval then comes as a watch event, not in
@@ -331,9 +346,8 @@ async fn a_csr_renamed_under_the_watch_is_ignored_and_listed_again() {
     let node = NodeDir::new(&tp.bootstrap_kubeconfig());
     let mut events = tp.events();
     let agent = Agent::spawn(&args(&node, "renamed", &[]));
-    tp.faults().answer(
-        AnswerRule::new(CSRS, Answer::rename("node-csr-someone-else")).watch(true),
-    );
+    tp.faults()
+        .answer(AnswerRule::new(CSRS, Answer::rename("node-csr-someone-else")).watch(true));
     let name = next_csr(&mut events).await;
     watching(&tp, &name).await;
     tp.approve(&name).unwrap();
@@ -406,7 +420,9 @@ async fn lease_answers_that_are_not_json_or_over_the_cap_fail_the_renewal_and_it
     ];
     for (i, (what, rule, says)) in cases.into_iter().enumerate() {
         tp.faults().answer(rule);
-        let line = agent.wait_for_log_count("Lease renewal failed", 4 * i + 4).await;
+        let line = agent
+            .wait_for_log_count("Lease renewal failed", 4 * i + 4)
+            .await;
         assert!(line.contains(says), "{what}: {line}");
         let waiting = renewed(&mut events);
         tp.faults().clear_answers();

@@ -94,9 +94,7 @@ impl IssueError {
     pub fn is_refusal(&self) -> bool {
         matches!(
             self,
-            IssueError::Denied { .. }
-                | IssueError::Failed { .. }
-                | IssueError::Refused { .. }
+            IssueError::Denied { .. } | IssueError::Failed { .. } | IssueError::Refused { .. }
         ) || matches!(self, IssueError::Csr(e) if e.is_poisoned())
     }
 

@@ -126,9 +126,7 @@ async fn main() {
             fail("no Lease renewal before the outage");
         }
     }
-    eprintln!(
-        "outage: renewing every {interval:?}; cutting the server for {outage:?} (pid {pid})"
-    );
+    eprintln!("outage: renewing every {interval:?}; cutting the server for {outage:?} (pid {pid})");
 
     let mut ledger = procfs::ThreadLedger::new(pid);
     let faults = tp.faults();
@@ -173,12 +171,15 @@ async fn main() {
         renewal(e).map(|()| Instant::now())
     });
     let (request_at, renewed_at) = tokio::join!(first_request, first_renewal);
-    let renewed_at = renewed_at.unwrap_or_else(|| fail("no renewal within 3 intervals of the return"));
+    let renewed_at =
+        renewed_at.unwrap_or_else(|| fail("no renewal within 3 intervals of the return"));
     let _ = child.kill().await;
 
     println!("## Outage of {lasted:.1?} at a {interval:?} Lease interval (bootlet pid {pid})");
     println!();
-    println!("| window of the outage | CPU | share of one core | wake-ups | warning lines | budget | |");
+    println!(
+        "| window of the outage | CPU | share of one core | wake-ups | warning lines | budget | |"
+    );
     println!("|---|---|---|---|---|---|---|");
     let mut worst: f64 = 0.0;
     for (i, (len, ns, wakeups, warned)) in windows.iter().enumerate() {
@@ -207,7 +208,10 @@ async fn main() {
     println!("| after the server's return | measured | budget | |");
     println!("|---|---|---|---|");
     match to_request {
-        Some(t) => println!("| first request | {t:.2?} | ≤ {interval:?} | {} |", verdict(t <= interval)),
+        Some(t) => println!(
+            "| first request | {t:.2?} | ≤ {interval:?} | {} |",
+            verdict(t <= interval)
+        ),
         None => println!("| first request | none within 3 intervals | ≤ {interval:?} | FAIL |"),
     }
     println!(

@@ -114,7 +114,11 @@ pub fn issue(
     window: Window,
 ) -> Result<String, String> {
     let [cluster, rogue] = cas;
-    let ca = if mode == Signer::WrongCa { rogue } else { cluster };
+    let ca = if mode == Signer::WrongCa {
+        rogue
+    } else {
+        cluster
+    };
     let (not_before, not_after) = match mode {
         Signer::Expired => (window.now - 2 * OFF_BY, window.now - OFF_BY),
         Signer::NotYetValid => (window.now + OFF_BY, window.now + 2 * OFF_BY),
@@ -417,7 +421,8 @@ mod tests {
                 (eku.client_auth, eku.server_auth),
             )
         };
-        let unix = |t: SystemTime| t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs() as i64;
+        let unix =
+            |t: SystemTime| t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs() as i64;
         let good = leaf(&issue(Signer::Normal).unwrap());
         assert_eq!(good.0, c.spki_der);
         assert_eq!(good.4, (true, false));
