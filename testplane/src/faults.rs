@@ -2,25 +2,22 @@
 //! Lease conflict, dropped or reset watches, a listener that accepts and never answers or
 //! stalls the TLS handshake, rewritten answers, token expiry/deletion), driven from Rust
 //! (`Faults`) or from the admin-only `POST /testplane/faults` (`FaultRequest`). Also the
-//! bootstrap-token Secret helpers. The rewriting of answers is `answers`'.
+//! bootstrap-token Secret helpers (`tokens`). The rewriting of answers is `answers`'.
 
 mod answers;
+mod tokens;
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use k8s_openapi::ByteString;
 use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::server::Command;
-use crate::store::{Kind, Store};
 use crate::{Error, Shared};
 
 pub use answers::{Answer, AnswerRule};
+pub use tokens::{add_static_token, create_token, delete_token, expire_token};
 
 /// What the listener does with a connection it accepts.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -389,120 +386,41 @@ impl Faults {
     }
 }
 
-fn random_chars(n: usize) -> String {
-    use rand::Rng;
-    const A: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
-    let mut r = rand::rng();
-    (0..n)
-        .map(|_| A[r.random_range(0..A.len())] as char)
-        .collect()
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Store a kubeadm-style bootstrap-token Secret; returns "id.secret".
-pub fn create_token(store: &Store, ttl: Option<Duration>, groups: &[&str]) -> String {
-    loop {
-        let (id, secret) = (random_chars(6), random_chars(16));
-        let mut data: BTreeMap<String, ByteString> = [
-            ("token-id", id.clone()),
-            ("token-secret", secret.clone()),
-            ("usage-bootstrap-authentication", "true".into()),
-            ("usage-bootstrap-signing", "true".into()),
-            ("description", "bootlet-testplane token".into()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), ByteString(v.into_bytes())))
-        .collect();
-        if !groups.is_empty() {
-            data.insert(
-                "auth-extra-groups".into(),
-                ByteString(groups.join(",").into_bytes()),
-            );
-        }
-        if let Some(ttl) = ttl {
-            let exp = jiff::Timestamp::now() + ttl;
-            let exp = exp.round(jiff::Unit::Second).unwrap_or(exp);
-            data.insert(
-                "expiration".into(),
-                ByteString(exp.to_string().into_bytes()),
-            );
-        }
-        let s = Secret {
-            metadata: ObjectMeta {
-                name: Some(format!("bootstrap-token-{id}")),
-                namespace: Some("kube-system".into()),
-                ..Default::default()
-            },
-            type_: Some("bootstrap.kubernetes.io/token".into()),
-            data: Some(data),
-            ..Default::default()
-        };
-        if store
-            .create(Kind::Secret, "kube-system", crate::to_value(&s))
-            .is_ok()
-        {
-            return format!("{id}.{secret}");
-        }
+    #[test]
+    fn the_admin_request_names_every_switch() {
+        let r: FaultRequest = serde_json::from_str(
+            r#"{"failAlways": 503, "throttleAlways": true, "retryAfterSeconds": 5,
+                "closeWatches": true, "resetWatchesAfterMs": 100, "acceptMode": "stallHandshake"}"#,
+        )
+        .unwrap();
+        assert_eq!(r.fail_always, Some(503));
+        assert_eq!(r.throttle_always, Some(true));
+        assert_eq!(r.accept_mode, Some(AcceptMode::StallHandshake));
+        assert_eq!(r.reset_watches_after_ms, Some(100));
+        assert!(serde_json::from_str::<FaultRequest>(r#"{"acceptMode": "hang"}"#).is_err());
     }
-}
 
-fn token_name(id: &str) -> String {
-    let id = id.split('.').next().unwrap_or(id);
-    format!("bootstrap-token-{id}")
-}
-
-/// Set `expiration` to now (RFC 3339).
-pub fn expire_token(store: &Store, id: &str) -> Result<(), Error> {
-    use base64::Engine;
-    let name = token_name(id);
-    let now = jiff::Timestamp::now().to_string();
-    store
-        .update_with(Kind::Secret, "kube-system", &name, |old| {
-            let mut v = old.clone();
-            v["data"]["expiration"] = base64::engine::general_purpose::STANDARD.encode(now).into();
-            Ok(v)
-        })
-        .map(drop)
-        .map_err(|_| Error::NotFound {
-            kind: "Secret",
-            name,
-        })
-}
-
-pub fn delete_token(store: &Store, id: &str) -> Result<(), Error> {
-    let name = token_name(id);
-    store
-        .delete(Kind::Secret, "kube-system", &name)
-        .map(drop)
-        .map_err(|_| Error::NotFound {
-            kind: "Secret",
-            name,
-        })
-}
-
-/// Store a static token as a `testplane/static-token` Secret named after its id.
-pub fn add_static_token(store: &Store, token: &str, user: &str, groups: &[&str]) {
-    let (id, secret) = token.split_once('.').unwrap_or((token, ""));
-    let data = BTreeMap::from([
-        ("token-id".to_string(), ByteString(id.as_bytes().to_vec())),
-        (
-            "token-secret".to_string(),
-            ByteString(secret.as_bytes().to_vec()),
-        ),
-        ("user".to_string(), ByteString(user.as_bytes().to_vec())),
-        (
-            "groups".to_string(),
-            ByteString(groups.join(",").into_bytes()),
-        ),
-    ]);
-    let s = Secret {
-        metadata: ObjectMeta {
-            name: Some(format!("{}{id}", crate::auth::STATIC_TOKEN_PREFIX)),
-            namespace: Some("kube-system".into()),
-            ..Default::default()
-        },
-        type_: Some(crate::auth::STATIC_TOKEN_TYPE.into()),
-        data: Some(data),
-        ..Default::default()
-    };
-    let _ = store.create(Kind::Secret, "kube-system", crate::to_value(&s));
+    #[test]
+    fn persistent_failures_outlast_the_counted_ones_and_stop_when_turned_off() {
+        let state = FaultState::default();
+        {
+            let mut g = state.lock();
+            g.fail_next = 1;
+            g.fail_status = 500;
+            g.fail_always = Some(503);
+        }
+        assert!(matches!(state.take_injected(), Some(Injected::Fail(500))));
+        for _ in 0..3 {
+            assert!(matches!(state.take_injected(), Some(Injected::Fail(503))));
+        }
+        state.lock().fail_always = None;
+        state.lock().throttle_always = Some(7);
+        assert!(matches!(state.take_injected(), Some(Injected::Throttle(7))));
+        state.lock().throttle_always = None;
+        assert!(state.take_injected().is_none());
+    }
 }
