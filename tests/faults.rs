@@ -275,6 +275,10 @@ async fn an_outage_costs_under_one_percent_of_a_core_and_the_lease_returns_withi
     let back = next_renewal(&mut events, "outage").await;
 
     let periods = (lasted.as_secs_f64() / INTERVAL.as_secs_f64()).ceil() as usize;
+    eprintln!(
+        "outage of {lasted:?}: {spent:?} of CPU, {} warning lines",
+        loud(&log)
+    );
     assert!(
         spent <= lasted / 100,
         "{spent:?} of CPU in a {lasted:?} outage"
