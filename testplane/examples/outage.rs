@@ -9,6 +9,8 @@
 //!   (budget: ≤ one lease interval).
 //!
 //! Knobs: `OUTAGE_SECONDS` (300), `OUTAGE_INTERVAL_MS` (10000, the Lease interval),
+//! `OUTAGE_PHASE_PCT` (50: the server goes this far into a period after a renewal, so an
+//! outage of whole intervals does not end just before a renewal is due anyway),
 //! `CPU_WINDOW_SECONDS` (60), `BOOTLET_BIN` (target/release/bootlet). Exit status 2 when it
 //! could not measure (no renewal, the agent died); a missed budget is a FAIL line, not an
 //! exit status.
@@ -74,6 +76,7 @@ async fn main() {
     let outage = Duration::from_secs(env_u64("OUTAGE_SECONDS", 300));
     let interval = Duration::from_millis(env_u64("OUTAGE_INTERVAL_MS", 10_000));
     let window = Duration::from_secs(env_u64("CPU_WINDOW_SECONDS", 60).max(1));
+    let phase = interval.mul_f64(env_u64("OUTAGE_PHASE_PCT", 50).min(99) as f64 / 100.0);
     let bin = std::env::var_os("BOOTLET_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from("target/release/bootlet"));
@@ -126,7 +129,10 @@ async fn main() {
             fail("no Lease renewal before the outage");
         }
     }
-    eprintln!("outage: renewing every {interval:?}; cutting the server for {outage:?} (pid {pid})");
+    tokio::time::sleep(phase).await;
+    eprintln!(
+        "outage: renewing every {interval:?}; cutting the server {phase:?} after a renewal, for {outage:?} (pid {pid})"
+    );
 
     let mut ledger = procfs::ThreadLedger::new(pid);
     let faults = tp.faults();
@@ -162,11 +168,28 @@ async fn main() {
     let total_cpu = ledger.refresh();
     let lasted = ended - started;
     let total_lines = warnings.load(Ordering::Relaxed) - start_warnings;
+    if from.elapsed() >= Duration::from_secs(1) {
+        // The last, shorter window.
+        windows.push((
+            from.elapsed(),
+            total_cpu.ns - cpu.ns,
+            total_cpu.wakeups - cpu.wakeups,
+            total_lines + start_warnings - lines,
+        ));
+    }
     let user = format!("system:node:{NODE}");
-    let first_request = first(&mut after, interval * 3, |e| match e {
-        Event::Request(r) if r.user == user => Some(Instant::now()),
-        _ => None,
-    });
+    // Events of requests answered just as the server went away come before the return.
+    let first_request = async {
+        first(&mut after, interval, |e| {
+            (*e == Event::OutageEnded).then_some(())
+        })
+        .await?;
+        first(&mut after, interval * 3, |e| match e {
+            Event::Request(r) if r.user == user => Some(Instant::now()),
+            _ => None,
+        })
+        .await
+    };
     let first_renewal = first(&mut events, interval * 3, |e| {
         renewal(e).map(|()| Instant::now())
     });
@@ -175,7 +198,7 @@ async fn main() {
         renewed_at.unwrap_or_else(|| fail("no renewal within 3 intervals of the return"));
     let _ = child.kill().await;
 
-    println!("## Outage of {lasted:.1?} at a {interval:?} Lease interval (bootlet pid {pid})");
+    println!("## Outage of {lasted:.1?} at a {interval:?} Lease interval, from {phase:?} after a renewal (bootlet pid {pid})");
     println!();
     println!(
         "| window of the outage | CPU | share of one core | wake-ups | warning lines | budget | |"
