@@ -33,6 +33,8 @@ const RECONNECT_AFTER: u32 = 2;
 const ABANDON_BEFORE_NEXT: Duration = Duration::from_millis(500);
 /// 409s caused by someone else's renewal before we call it a write war.
 const FOREIGN_STREAK: u32 = 3;
+/// Unconfirmed writes remembered between two confirmed ones (a few periods' worth).
+const MAX_UNCONFIRMED: usize = 4 * RETRIES_PER_PERIOD as usize;
 /// Longest pause between write attempts while another writer owns the Lease.
 const MAX_WAR_BACKOFF: Duration = Duration::from_secs(300);
 /// The heartbeat name the watchdog reports (health.rs `beat`).
@@ -126,6 +128,10 @@ struct Renewer {
     owner: Option<OwnerReference>,
     next_owner_lookup: Instant,
     foreign: u32,
+    /// renewTimes of writes the server may have applied without our seeing its answer (an
+    /// exchange abandoned, cut, or answered with garbage), since the last confirmed one:
+    /// finding one of them in the Lease is our own write, not another writer's.
+    unconfirmed: Vec<jiff::Timestamp>,
 }
 
 // === impl LeaseLoop ===
@@ -153,6 +159,7 @@ impl LeaseLoop {
             owner: None,
             next_owner_lookup: Instant::now(),
             foreign: 0,
+            unconfirmed: Vec::new(),
         };
         let start = Instant::now();
         let mut n: u32 = 0;
@@ -301,7 +308,11 @@ impl Renewer {
                 Err(RenewError::Api { source, node })
                     if retry_in_period(&source) && attempt < RETRIES_PER_PERIOD =>
                 {
-                    let wait = quick.with_retry_after(source.retry_after());
+                    // Never sooner than the server's Retry-After; one that does not fit
+                    // before the next slot ends this period's retries.
+                    let wait = quick
+                        .with_retry_after(source.retry_after())
+                        .max(source.retry_after().unwrap_or_default());
                     if Instant::now() + wait >= deadline {
                         return Err(RenewError::Api { node, source });
                     }
@@ -341,6 +352,12 @@ impl Renewer {
                 renew,
                 self.owner.as_ref(),
             );
+            // Unconfirmed until the server answers: an exchange that is abandoned, cut or
+            // answered with garbage may still have been applied.
+            if self.unconfirmed.len() >= MAX_UNCONFIRMED {
+                self.unconfirmed.remove(0);
+            }
+            self.unconfirmed.push(renew);
             let result = match &self.cached {
                 Some(_) => conn.replace::<_, Lease>(&path, &want).await,
                 None => {
@@ -349,10 +366,16 @@ impl Renewer {
                     conn.create::<_, Lease>(&list, &want).await
                 }
             };
+            let refused = result.as_ref().err().and_then(api::Error::code);
+            if refused.is_some_and(|c| (400..500).contains(&c)) {
+                // A 4xx (a stale version, no Lease, throttled) was not applied.
+                self.unconfirmed.pop();
+            }
             match result {
                 Ok(written) => {
                     self.cached = Some(written);
                     self.last_renew = Some(renew);
+                    self.unconfirmed.clear();
                     if !saw_foreign {
                         self.foreign = 0;
                     }
@@ -388,7 +411,8 @@ impl Renewer {
             .as_ref()
             .and_then(|s| s.renew_time.as_ref())
             .map(|t| t.0);
-        matches!((theirs, self.last_renew), (Some(theirs), Some(ours)) if theirs != ours)
+        matches!((theirs, self.last_renew), (Some(theirs), Some(ours))
+            if theirs != ours && !self.unconfirmed.contains(&theirs))
     }
 
     /// Look the Node up now and then (never on every renewal) until it exists.

@@ -123,6 +123,12 @@ impl Error {
         }
     }
 
+    /// The server answered, but not with something usable: a body over the cap, or not the
+    /// JSON the request expects. Asking again for the same object gets the same answer.
+    pub fn is_unusable_answer(&self) -> bool {
+        matches!(self, Error::TooLarge { .. } | Error::Decode { .. })
+    }
+
     /// The server's `Retry-After`, if it sent one.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
@@ -199,6 +205,13 @@ mod tests {
         assert!(api(429, "TooManyRequests").is_retryable());
         assert!(!api(401, "Unauthorized").is_retryable());
         assert!(!api(403, "Forbidden").is_retryable());
+        assert!(!api(500, "InternalError").is_unusable_answer());
+        let big = Error::TooLarge {
+            method: Method::GET,
+            path: "/x".into(),
+            limit: 1,
+        };
+        assert!(big.is_unusable_answer() && !big.is_retryable());
     }
 
     #[test]

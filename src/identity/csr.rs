@@ -1,33 +1,22 @@
 //! Owns CertificateSigningRequests: the object bootlet files (named from key + request, so a
 //! restarted agent finds its own), adopting it after a restart, and the bounded list+watch
-//! wait until it is issued, denied or failed. Keys, files and retries-with-new-keys live elsewhere.
+//! wait until it is issued, denied or failed (`approval`). Keys, files and
+//! retries-with-new-keys live elsewhere.
 
 use std::time::Duration;
 
 use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestSpec,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, WatchEvent};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::ByteString;
-use tokio::time::Instant;
 
-use crate::api::watch::EventStream;
 use crate::api::{self, retrying, ApiClient};
 use crate::pki::{self, CertProfile, NodeKey};
 use crate::runtime::backoff::Backoff;
 
 /// The CSR collection (doctor reads it too; only this module writes it).
 pub const CSR_PATH: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
-/// Server-side bound of one watch request; client-go picks 5-10 minutes.
-const WATCH_SECONDS: u64 = 300;
-const WATCH_TIMEOUT: Duration = Duration::from_secs(WATCH_SECONDS);
-/// A watch silent for longer than its own timeout plus a margin is dead: re-watch.
-const WATCH_IDLE: Duration = Duration::from_secs(WATCH_SECONDS + 30);
-/// Every re-watch and relist waits at least this long (jittered, doubling while streams end
-/// without an event, up to `REWATCH_MAX`): a watch the server or a proxy closes at once, or
-/// a 410 on every watch, must not become a request loop.
-const REWATCH_MIN: Duration = Duration::from_secs(1);
-const REWATCH_MAX: Duration = Duration::from_secs(30);
 
 /// Why waiting on a CSR ended without a certificate.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +33,18 @@ pub enum CsrError {
     Timeout { name: String, after: Duration },
     #[error("CSR {name} was deleted while bootlet waited for it")]
     Deleted { name: String },
+    #[error("CSR {name}: the API server's answer about it cannot be used; not trusting this CSR, starting over with a fresh key")]
+    Unreadable {
+        name: String,
+        #[source]
+        source: api::Error,
+    },
+    #[error("CSR {name} was replaced under the watch (uid {was} is now {now}): its verdict is not about the request bootlet filed; starting over with a fresh key")]
+    Replaced {
+        name: String,
+        was: String,
+        now: String,
+    },
     #[error("building the CSR")]
     Build(#[source] pki::PkiError),
 }
@@ -71,6 +72,31 @@ pub enum Pending {
     AwaitingApproval,
     /// Approved for longer than the warning threshold with no certificate.
     ApprovedNotIssued,
+}
+
+// === impl CsrError ===
+
+impl CsrError {
+    /// This CSR cannot lead to a certificate: the server's answers about it are unusable
+    /// (over the body cap, not the expected JSON) or it is another object now. The pending
+    /// key goes with it, like after a refusal: adopting the same CSR again would get the
+    /// same answer.
+    pub fn is_poisoned(&self) -> bool {
+        matches!(
+            self,
+            CsrError::NameTaken { .. } | CsrError::Unreadable { .. } | CsrError::Replaced { .. }
+        )
+    }
+
+    /// An API error about CSR `name`: unusable answers poison it, the rest are failures.
+    fn from_api(name: &str, source: api::Error) -> CsrError {
+        let name = name.to_string();
+        if source.is_unusable_answer() {
+            CsrError::Unreadable { name, source }
+        } else {
+            CsrError::Api { name, source }
+        }
+    }
 }
 
 /// Bounds on one wait.
@@ -112,10 +138,7 @@ pub async fn file(
 ) -> Result<String, CsrError> {
     let csr = build(key, profile).map_err(CsrError::Build)?;
     let name = csr.metadata.name.clone().unwrap_or_default();
-    let api = |source| CsrError::Api {
-        name: name.clone(),
-        source,
-    };
+    let api = |source| CsrError::from_api(&name, source);
     let created = retrying("creating the CSR", retry, || {
         client.create::<_, CertificateSigningRequest>(CSR_PATH, &csr)
     })
@@ -180,7 +203,7 @@ pub async fn wait(
 ) -> Result<Verdict, CsrError> {
     tokio::time::timeout(
         opts.timeout,
-        watch_until_decided(client, name, opts, retry, on_pending),
+        approval::watch_until_decided(client, name, opts, retry, on_pending),
     )
     .await
     .unwrap_or_else(|_| {
@@ -191,194 +214,7 @@ pub async fn wait(
     })
 }
 
-/// The list+watch loop: list once for the current state and a resourceVersion, then
-/// watch from there; resume on a dropped watch, relist on 410, back off on 5xx/429.
-async fn watch_until_decided(
-    client: &ApiClient,
-    name: &str,
-    opts: &WaitOptions,
-    retry: &mut Backoff,
-    on_pending: &mut (dyn FnMut(Pending) + Send),
-) -> Result<Verdict, CsrError> {
-    let api = |source| CsrError::Api {
-        name: name.to_string(),
-        source,
-    };
-    let selector = format!("fieldSelector=metadata.name%3D{name}");
-    let mut tracker = ApprovalTracker::new(opts.not_issued_warning);
-    on_pending(Pending::AwaitingApproval);
-    let mut rewatch = Backoff::new(REWATCH_MIN, REWATCH_MAX, 0.2).expect("constant bounds");
-    let mut empty_streams = 0u32;
-    // `None`: list first (at start and after a 410); `Some(rv)`: watch from rv.
-    let mut version: Option<String> = None;
-    loop {
-        let Some(rv) = version.take() else {
-            let path = format!("{CSR_PATH}?{selector}");
-            let list: k8s_openapi::List<CertificateSigningRequest> =
-                retrying("listing the CSR", retry, || client.get(&path))
-                    .await
-                    .map_err(api)?;
-            // By name, not position: a server (or proxy) that ignores the selector is no
-            // reason to judge another CSR.
-            let Some(csr) = list.items.iter().find(|c| ours(name, c)) else {
-                return Err(CsrError::Deleted { name: name.into() });
-            };
-            if let Some(v) = tracker.observe(csr, on_pending) {
-                return Ok(v);
-            }
-            version = Some(list.metadata.resource_version.unwrap_or_default());
-            continue;
-        };
-        let path = format!(
-            "{CSR_PATH}?{selector}&watch=true&allowWatchBookmarks=true&resourceVersion={rv}&timeoutSeconds={WATCH_SECONDS}"
-        );
-        let mut last = rv;
-        let step = match EventStream::open(client, path, WATCH_TIMEOUT, WATCH_IDLE).await {
-            Ok(mut stream) => {
-                follow(name, &mut stream, &mut last, &mut tracker, opts, on_pending).await
-            }
-            Err(e) => Err(e),
-        };
-        match step {
-            Ok(Step::Decided(v)) => return Ok(v),
-            Ok(Step::Deleted) => return Err(CsrError::Deleted { name: name.into() }),
-            // A stream resumes from the last version seen. Two empty streams in a row told
-            // us nothing (a proxy cutting every watch at once would leave us blind until
-            // --csr-timeout): list again for the current state.
-            Ok(Step::Ended { delivered }) => {
-                if delivered {
-                    rewatch.reset();
-                    empty_streams = 0;
-                } else {
-                    empty_streams += 1;
-                }
-                tokio::time::sleep(rewatch.next_delay()).await;
-                version = (empty_streams < 2).then_some(last);
-                if version.is_none() {
-                    empty_streams = 0;
-                }
-            }
-            Err(e) if e.is_gone() => {
-                tracing::debug!(csr = %name, "watch history expired (410); relisting");
-                tokio::time::sleep(rewatch.next_delay()).await;
-                version = None;
-            }
-            Err(e) if e.is_retryable() => {
-                tokio::time::sleep(retry.with_retry_after(e.retry_after())).await;
-                version = Some(last);
-            }
-            Err(e) => return Err(api(e)),
-        }
-    }
-}
-
-/// How one watch stream ended.
-enum Step {
-    Decided(Verdict),
-    Deleted,
-    /// The server closed the stream or it went idle: resume from the last version.
-    /// `delivered`: the stream carried at least one event before it ended.
-    Ended {
-        delivered: bool,
-    },
-}
-
-/// Whether `csr` is the one we wait for: events about any other object are ignored.
-fn ours(name: &str, csr: &CertificateSigningRequest) -> bool {
-    csr.metadata.name.as_deref() == Some(name)
-}
-
-/// Read one watch stream until the CSR is decided or the stream ends, keeping `last`
-/// at the newest resourceVersion seen.
-async fn follow(
-    name: &str,
-    stream: &mut EventStream<CertificateSigningRequest>,
-    last: &mut String,
-    tracker: &mut ApprovalTracker,
-    opts: &WaitOptions,
-    on_pending: &mut (dyn FnMut(Pending) + Send),
-) -> Result<Step, api::Error> {
-    let mut delivered = false;
-    loop {
-        let event = tokio::select! {
-            event = stream.next() => event?,
-            () = tracker.warning_due() => {
-                tracing::warn!(csr = %name, "CSR approved but not issued after {}: is a signer running (kube-controller-manager --cluster-signing-*)?", crate::runtime::health::human(opts.not_issued_warning));
-                on_pending(Pending::ApprovedNotIssued);
-                continue;
-            }
-        };
-        delivered |= event.is_some();
-        match event {
-            Some(WatchEvent::Added(csr) | WatchEvent::Modified(csr)) => {
-                if let Some(rv) = &csr.metadata.resource_version {
-                    last.clone_from(rv);
-                }
-                if !ours(name, &csr) {
-                    continue;
-                }
-                if let Some(v) = tracker.observe(&csr, on_pending) {
-                    return Ok(Step::Decided(v));
-                }
-            }
-            Some(WatchEvent::Deleted(csr)) if ours(name, &csr) => return Ok(Step::Deleted),
-            Some(WatchEvent::Bookmark {
-                resource_version, ..
-            }) => *last = resource_version,
-            Some(_) => {}
-            None => return Ok(Step::Ended { delivered }),
-        }
-    }
-}
-
-/// Remembers when the CSR was first seen approved, to say "approved but not issued" once.
-struct ApprovalTracker {
-    threshold: Duration,
-    approved_at: Option<Instant>,
-    warned: bool,
-}
-
-// === impl ApprovalTracker ===
-
-impl ApprovalTracker {
-    fn new(threshold: Duration) -> Self {
-        Self {
-            threshold,
-            approved_at: None,
-            warned: false,
-        }
-    }
-
-    fn observe(
-        &mut self,
-        csr: &CertificateSigningRequest,
-        on_pending: &mut (dyn FnMut(Pending) + Send),
-    ) -> Option<Verdict> {
-        let (verdict, approved) = verdict(csr);
-        if approved && self.approved_at.is_none() {
-            tracing::info!(
-                csr = csr.metadata.name.as_deref().unwrap_or(""),
-                "CSR approved"
-            );
-            self.approved_at = Some(Instant::now());
-        }
-        if verdict.is_none() && !approved {
-            on_pending(Pending::AwaitingApproval);
-        }
-        verdict
-    }
-
-    /// Resolves once, when the approved-without-certificate threshold passes.
-    async fn warning_due(&mut self) {
-        match self.approved_at {
-            Some(at) if !self.warned => {
-                tokio::time::sleep_until(at + self.threshold).await;
-                self.warned = true;
-            }
-            _ => std::future::pending().await,
-        }
-    }
-}
+mod approval;
 
 #[cfg(test)]
 mod tests;

@@ -94,11 +94,8 @@ impl IssueError {
     pub fn is_refusal(&self) -> bool {
         matches!(
             self,
-            IssueError::Denied { .. }
-                | IssueError::Failed { .. }
-                | IssueError::Refused { .. }
-                | IssueError::Csr(CsrError::NameTaken { .. })
-        )
+            IssueError::Denied { .. } | IssueError::Failed { .. } | IssueError::Refused { .. }
+        ) || matches!(self, IssueError::Csr(e) if e.is_poisoned())
     }
 
     /// Waiting for approval ran out of time; the pending key (and its CSR) stay for the
@@ -171,8 +168,8 @@ impl Issuer {
         self.report(profile, State::Filing { csr: name.clone() });
         tracing::info!(csr = %name, identity = %req.client.identity(), "requesting a {}", profile.describe());
         if let Err(e) = csr::file(req.client, &key, profile, &mut retry).await {
-            if matches!(e, CsrError::NameTaken { .. }) {
-                // The same key would name the same foreign CSR again: start over with a new one.
+            if e.is_poisoned() {
+                // The same key would name the same CSR again: start over with a new one.
                 dir.remove_pending_key()?;
             }
             return Err(e.into());
@@ -218,9 +215,15 @@ impl Issuer {
                     message,
                 });
             }
-            // A timeout keeps the pending key: the next attempt adopts the same CSR (an
-            // approval may still come) instead of filing another.
-            Err(e) => return Err(e.into()),
+            // An unusable or replaced CSR goes with its key (adopting it again gets the
+            // same answer). A timeout keeps the pending key: the next attempt adopts the
+            // same CSR (an approval may still come) instead of filing another.
+            Err(e) => {
+                if e.is_poisoned() {
+                    dir.remove_pending_key()?;
+                }
+                return Err(e.into());
+            }
         };
         let info =
             match verify::verify_issued(&chain_pem, &key, profile, req.ca_pem, SystemTime::now()) {

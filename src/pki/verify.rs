@@ -16,12 +16,21 @@ pub const NOT_BEFORE_TOLERANCE: Duration = Duration::from_secs(5 * 60);
 
 /// Longest issuer path followed through intermediates in the returned chain.
 const MAX_CHAIN_DEPTH: usize = 8;
+/// Most certificates an issued chain may hold: the leaf and an intermediate per hop.
+pub const MAX_CHAIN_CERTS: usize = MAX_CHAIN_DEPTH + 1;
+/// Most DER bytes an issued chain may hold: the chain is the client certificate every TLS
+/// handshake sends, and one TLS handshake message carries at most 64 KiB (rustls refuses
+/// more; some Go versions too). A longer chain would install fine and then fail every
+/// handshake for the certificate's whole lifetime.
+pub const MAX_CHAIN_BYTES: usize = 64 * 1024 - 1024;
 
 /// Why an issued certificate was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum VerifyError {
     #[error("issued certificate chain does not parse")]
     Malformed(#[source] PkiError),
+    #[error("issued chain holds {certificates} certificates ({bytes} bytes of DER): more than a TLS handshake carries (at most {MAX_CHAIN_CERTS} certificates and {MAX_CHAIN_BYTES} bytes); a signer returns the leaf and its intermediates")]
+    ChainTooLong { certificates: usize, bytes: usize },
     #[error("CA bundle holds no parseable certificate")]
     MalformedCa(#[source] PkiError),
     #[error("certificate {serial} is for another public key than our pending key")]
@@ -64,6 +73,13 @@ pub fn verify_issued(
 ) -> Result<CertInfo, VerifyError> {
     let chain = parse_cert_chain(chain_pem).map_err(VerifyError::Malformed)?;
     let ders: Vec<&[u8]> = chain.iter().map(|(_, der)| der.as_slice()).collect();
+    let bytes = ders.iter().map(|d| d.len()).sum();
+    if ders.len() > MAX_CHAIN_CERTS || bytes > MAX_CHAIN_BYTES {
+        return Err(VerifyError::ChainTooLong {
+            certificates: ders.len(),
+            bytes,
+        });
+    }
     let (leaf, _) = chain
         .first()
         .ok_or(VerifyError::Malformed(PkiError::NoCertificate))?;

@@ -334,22 +334,17 @@ fn sign(
         Some(e) => Duration::from_secs(e.max(0) as u64).min(cap),
         None => s.cert_ttl.min(cap),
     };
-    let ca = if s.signer == Signer::WrongCa {
-        &shared.rogue_ca
-    } else {
-        &shared.ca
+    let window = signers::Window {
+        lifetime,
+        backdate: s.backdate,
+        now: SystemTime::now(),
     };
-    let (nb, na) = pki::signing_window(SystemTime::now(), lifetime, s.backdate, ca);
-    let cn = if s.signer == Signer::WrongNode {
-        "system:node:wrong-node".to_string()
-    } else {
-        parsed.cn.clone()
-    };
-    let spec = kubelet.leaf(&cn, &parsed, usages, nb, na)?;
-    let pem = if s.signer == Signer::WrongKey {
-        ca.issue_with_new_key(&spec).map(|(c, _)| c)
-    } else {
-        ca.issue(&parsed.spki_der, &spec)
-    };
-    pem.map_err(|e| format!("error signing certificate: {e}"))
+    signers::issue(
+        s.signer,
+        kubelet,
+        [&shared.ca, &shared.rogue_ca],
+        &parsed,
+        usages,
+        window,
+    )
 }

@@ -1,33 +1,59 @@
-//! Scripted faults (outage, 500s, 429s, delay, skewed Date, one-off Lease conflict, dropped
-//! watch, token expiry/deletion), driven from Rust (`Faults`) or from the admin-only
-//! `POST /testplane/faults` (`FaultRequest`). Also the bootstrap-token Secret helpers.
+//! Scripted faults (outage, 500s and 429s once or persistent, delay, skewed Date, one-off
+//! Lease conflict, dropped or reset watches, a listener that accepts and never answers or
+//! stalls the TLS handshake, rewritten answers, token expiry/deletion), driven from Rust
+//! (`Faults`) or from the admin-only `POST /testplane/faults` (`FaultRequest`). Also the
+//! bootstrap-token Secret helpers (`tokens`). The rewriting of answers is `answers`'.
 
-use std::collections::BTreeMap;
+mod answers;
+mod tokens;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use k8s_openapi::ByteString;
 use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::server::Command;
-use crate::store::{Kind, Store};
 use crate::{Error, Shared};
+
+pub use answers::{Answer, AnswerRule};
+pub use tokens::{add_static_token, create_token, delete_token, expire_token};
+
+/// What the listener does with a connection it accepts.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum AcceptMode {
+    /// TLS, HTTP, the API.
+    #[default]
+    Serve,
+    /// Accept TCP and never send a byte (what the client sends is read and dropped), until
+    /// the client gives up or the connection is dropped: a hung server process.
+    Silent,
+    /// Read the ClientHello, send the first record of the server's flight (the ServerHello)
+    /// and then nothing: a handshake that stalls half-way.
+    StallHandshake,
+}
 
 #[derive(Default, Debug, Clone)]
 struct Inner {
     fail_next: u32,
     fail_status: u16,
+    /// Every API request fails with this status until turned off (a 5xx storm).
+    fail_always: Option<u16>,
     throttle_next: u32,
     retry_after: u64,
+    /// Every API request gets 429 with this `Retry-After` (seconds) until turned off.
+    throttle_always: Option<u64>,
     delay: Duration,
     skew_secs: i64,
     lease_conflict_once: bool,
     watch_drop_after: Option<usize>,
     close_watches: bool,
     watch_ignores_selectors: bool,
+    /// Reset (TCP RST) every connection this long after it starts answering a watch.
+    reset_watches_after: Option<Duration>,
+    accept_mode: AcceptMode,
+    answers: Vec<AnswerRule>,
 }
 
 /// The live fault switches, read by every request.
@@ -62,18 +88,38 @@ impl FaultState {
         self.lock().skew_secs
     }
 
-    /// Consume one scripted 500 or 429, if any is pending.
+    /// Consume one scripted 500 or 429, if any is pending, or the persistent one.
     pub fn take_injected(&self) -> Option<Injected> {
         let mut g = self.lock();
         if g.fail_next > 0 {
             g.fail_next -= 1;
             return Some(Injected::Fail(g.fail_status));
         }
+        if let Some(status) = g.fail_always {
+            return Some(Injected::Fail(status));
+        }
         if g.throttle_next > 0 {
             g.throttle_next -= 1;
             return Some(Injected::Throttle(g.retry_after));
         }
-        None
+        g.throttle_always.map(Injected::Throttle)
+    }
+
+    pub fn accept_mode(&self) -> AcceptMode {
+        self.lock().accept_mode
+    }
+
+    pub fn reset_watches_after(&self) -> Option<Duration> {
+        self.lock().reset_watches_after
+    }
+
+    /// The rewriting rule for this answer, if one applies (the first that matches).
+    pub fn answer_for(&self, method: &str, path: &str, watch: bool) -> Option<Answer> {
+        self.lock()
+            .answers
+            .iter()
+            .find(|r| r.matches(method, path, watch))
+            .map(|r| r.answer.clone())
     }
 
     pub fn take_lease_conflict(&self) -> bool {
@@ -97,9 +143,13 @@ impl FaultState {
 
 /// Fault switches, as one JSON object for `POST /testplane/faults` (all fields optional,
 /// camelCase): `{"outageSeconds": 2}`, `{"failNext": 3, "failStatus": 500}`,
-/// `{"throttleNext": 2, "retryAfterSeconds": 1}`, `{"delayMs": 200}`, `{"skewDateSeconds": 3600}`,
-/// `{"leaseConflictOnce": true}`, `{"watchDropAfter": 1}`, `{"expireToken": "abcdef"}`,
-/// `{"deleteToken": "abcdef"}`, `{"compact": true}`, `{"clear": true}`.
+/// `{"failAlways": 503}` (`0` turns it off), `{"throttleNext": 2, "retryAfterSeconds": 1}`,
+/// `{"throttleAlways": true, "retryAfterSeconds": 5}`, `{"delayMs": 200}`,
+/// `{"skewDateSeconds": 3600}`, `{"leaseConflictOnce": true}`, `{"watchDropAfter": 1}`,
+/// `{"closeWatches": true}`, `{"resetWatchesAfterMs": 100}` (`0` turns it off),
+/// `{"acceptMode": "silent"}` (`serve`, `silent`, `stallHandshake`; open connections are
+/// dropped), `{"expireToken": "abcdef"}`, `{"deleteToken": "abcdef"}`, `{"compact": true}`,
+/// `{"clear": true}`.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FaultRequest {
@@ -107,12 +157,17 @@ pub struct FaultRequest {
     pub outage_seconds: Option<f64>,
     pub fail_next: Option<u32>,
     pub fail_status: Option<u16>,
+    pub fail_always: Option<u16>,
     pub throttle_next: Option<u32>,
+    pub throttle_always: Option<bool>,
     pub retry_after_seconds: Option<u64>,
     pub delay_ms: Option<u64>,
     pub skew_date_seconds: Option<i64>,
     pub lease_conflict_once: Option<bool>,
     pub watch_drop_after: Option<usize>,
+    pub close_watches: Option<bool>,
+    pub reset_watches_after_ms: Option<u64>,
+    pub accept_mode: Option<AcceptMode>,
     pub expire_token: Option<String>,
     pub delete_token: Option<String>,
     pub compact: Option<bool>,
@@ -135,9 +190,8 @@ impl Faults {
         f(&mut self.shared.faults.lock());
     }
 
-    /// Stop accepting and drop every open connection; returns once that is done. The
-    /// listener comes back on the same port after `dur` (`Event::OutageEnded`).
-    pub async fn outage(&self, dur: Duration) {
+    /// Send a command to the accept loop and wait for its ack.
+    async fn command(&self, cmd: impl FnOnce(oneshot::Sender<()>) -> Command) {
         let tx = self
             .shared
             .faults
@@ -147,10 +201,31 @@ impl Faults {
             .clone();
         if let Some(tx) = tx {
             let (ack, done) = oneshot::channel();
-            if tx.send(Command::Outage(dur, ack)).await.is_ok() {
+            if tx.send(cmd(ack)).await.is_ok() {
                 let _ = done.await;
             }
         }
+    }
+
+    /// Stop accepting and drop every open connection; returns once that is done. The
+    /// listener comes back on the same port after `dur` (`Event::OutageEnded`).
+    pub async fn outage(&self, dur: Duration) {
+        self.command(|ack| Command::Outage(dur, ack)).await;
+    }
+
+    /// Drop every open connection (the listener stays), e.g. so that clients reconnect
+    /// into a new [`AcceptMode`]; returns once that is done.
+    pub async fn drop_connections(&self) {
+        self.command(Command::DropConnections).await;
+    }
+
+    /// How new connections are treated from now on; every open connection is dropped
+    /// first, so clients meet the new mode when they reconnect. Connections held by
+    /// `Silent` or `StallHandshake` stay held after the mode changes back (they are dead
+    /// to their clients, as with a real hung server) until the client gives up.
+    pub async fn set_accept_mode(&self, mode: AcceptMode) {
+        self.with(|i| i.accept_mode = mode);
+        self.drop_connections().await;
     }
 
     /// The next `n` requests get `status` (e.g. 500) with an InternalError Status.
@@ -161,12 +236,24 @@ impl Faults {
         });
     }
 
+    /// Every API request (not the admin path) gets `status` (e.g. 500) with an
+    /// InternalError Status while this is `Some`: a persistent 5xx storm.
+    pub fn fail_always(&self, status: Option<u16>) {
+        self.with(|i| i.fail_always = status);
+    }
+
     /// The next `n` requests get 429 TooManyRequests with `Retry-After` (whole seconds).
     pub fn throttle_next(&self, n: u32, retry_after: Duration) {
         self.with(|i| {
             i.throttle_next = n;
             i.retry_after = retry_after.as_secs().max(1);
         });
+    }
+
+    /// Every API request gets 429 TooManyRequests with `Retry-After` (whole seconds, at
+    /// least 1) while this is `Some`: a server shedding load.
+    pub fn throttle_always(&self, retry_after: Option<Duration>) {
+        self.with(|i| i.throttle_always = retry_after.map(|d| d.as_secs().max(1)));
     }
 
     /// Every request waits `d` before it is handled (zero turns it off).
@@ -201,6 +288,25 @@ impl Faults {
         self.with(|i| i.watch_ignores_selectors = on);
     }
 
+    /// While `Some(after)`, a connection that answers a watch is reset (TCP RST, no HTTP or
+    /// TLS goodbye) `after` it sent the watch's response head, with every other stream it
+    /// carries (`Event::WatchDropped`): a load balancer or a crashing server in the middle
+    /// of a watch.
+    pub fn reset_watches_after(&self, after: Option<Duration>) {
+        self.with(|i| i.reset_watches_after = after);
+    }
+
+    /// Rewrite the answers `rule` matches (its body only; status and the request's effect
+    /// stay), until `clear_answers` or `clear`. The first matching rule wins.
+    pub fn answer(&self, rule: AnswerRule) {
+        self.with(|i| i.answers.push(rule));
+    }
+
+    /// Stop rewriting answers.
+    pub fn clear_answers(&self) {
+        self.with(|i| i.answers.clear());
+    }
+
     pub fn expire_token(&self, id: &str) -> Result<(), Error> {
         expire_token(&self.shared.store, id)
     }
@@ -209,7 +315,7 @@ impl Faults {
         delete_token(&self.shared.store, id)
     }
 
-    /// Turn every switch off.
+    /// Turn every switch off (connections already held by an [`AcceptMode`] stay held).
     pub fn clear(&self) {
         self.with(|i| *i = Inner::default());
     }
@@ -222,8 +328,15 @@ impl Faults {
         if let Some(n) = r.fail_next {
             self.fail_next(n, r.fail_status.unwrap_or(500));
         }
+        if let Some(status) = r.fail_always {
+            self.fail_always((status != 0).then_some(status));
+        }
+        let retry_after = Duration::from_secs(r.retry_after_seconds.unwrap_or(1));
         if let Some(n) = r.throttle_next {
-            self.throttle_next(n, Duration::from_secs(r.retry_after_seconds.unwrap_or(1)));
+            self.throttle_next(n, retry_after);
+        }
+        if let Some(on) = r.throttle_always {
+            self.throttle_always(on.then_some(retry_after));
         }
         if let Some(ms) = r.delay_ms {
             self.delay(Duration::from_millis(ms));
@@ -236,6 +349,21 @@ impl Faults {
         }
         if let Some(n) = r.watch_drop_after {
             self.watch_drop_after(n);
+        }
+        if let Some(on) = r.close_watches {
+            self.close_watches(on);
+        }
+        if let Some(ms) = r.reset_watches_after_ms {
+            self.reset_watches_after((ms != 0).then(|| Duration::from_millis(ms)));
+        }
+        if let Some(mode) = r.accept_mode {
+            // Answer the request first: the mode change drops this connection too.
+            self.with(|i| i.accept_mode = mode);
+            let me = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                me.drop_connections().await;
+            });
         }
         if let Some(id) = &r.expire_token {
             self.expire_token(id)?;
@@ -258,120 +386,41 @@ impl Faults {
     }
 }
 
-fn random_chars(n: usize) -> String {
-    use rand::Rng;
-    const A: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
-    let mut r = rand::rng();
-    (0..n)
-        .map(|_| A[r.random_range(0..A.len())] as char)
-        .collect()
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
 
-/// Store a kubeadm-style bootstrap-token Secret; returns "id.secret".
-pub fn create_token(store: &Store, ttl: Option<Duration>, groups: &[&str]) -> String {
-    loop {
-        let (id, secret) = (random_chars(6), random_chars(16));
-        let mut data: BTreeMap<String, ByteString> = [
-            ("token-id", id.clone()),
-            ("token-secret", secret.clone()),
-            ("usage-bootstrap-authentication", "true".into()),
-            ("usage-bootstrap-signing", "true".into()),
-            ("description", "bootlet-testplane token".into()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), ByteString(v.into_bytes())))
-        .collect();
-        if !groups.is_empty() {
-            data.insert(
-                "auth-extra-groups".into(),
-                ByteString(groups.join(",").into_bytes()),
-            );
-        }
-        if let Some(ttl) = ttl {
-            let exp = jiff::Timestamp::now() + ttl;
-            let exp = exp.round(jiff::Unit::Second).unwrap_or(exp);
-            data.insert(
-                "expiration".into(),
-                ByteString(exp.to_string().into_bytes()),
-            );
-        }
-        let s = Secret {
-            metadata: ObjectMeta {
-                name: Some(format!("bootstrap-token-{id}")),
-                namespace: Some("kube-system".into()),
-                ..Default::default()
-            },
-            type_: Some("bootstrap.kubernetes.io/token".into()),
-            data: Some(data),
-            ..Default::default()
-        };
-        if store
-            .create(Kind::Secret, "kube-system", crate::to_value(&s))
-            .is_ok()
-        {
-            return format!("{id}.{secret}");
-        }
+    #[test]
+    fn the_admin_request_names_every_switch() {
+        let r: FaultRequest = serde_json::from_str(
+            r#"{"failAlways": 503, "throttleAlways": true, "retryAfterSeconds": 5,
+                "closeWatches": true, "resetWatchesAfterMs": 100, "acceptMode": "stallHandshake"}"#,
+        )
+        .unwrap();
+        assert_eq!(r.fail_always, Some(503));
+        assert_eq!(r.throttle_always, Some(true));
+        assert_eq!(r.accept_mode, Some(AcceptMode::StallHandshake));
+        assert_eq!(r.reset_watches_after_ms, Some(100));
+        assert!(serde_json::from_str::<FaultRequest>(r#"{"acceptMode": "hang"}"#).is_err());
     }
-}
 
-fn token_name(id: &str) -> String {
-    let id = id.split('.').next().unwrap_or(id);
-    format!("bootstrap-token-{id}")
-}
-
-/// Set `expiration` to now (RFC 3339).
-pub fn expire_token(store: &Store, id: &str) -> Result<(), Error> {
-    use base64::Engine;
-    let name = token_name(id);
-    let now = jiff::Timestamp::now().to_string();
-    store
-        .update_with(Kind::Secret, "kube-system", &name, |old| {
-            let mut v = old.clone();
-            v["data"]["expiration"] = base64::engine::general_purpose::STANDARD.encode(now).into();
-            Ok(v)
-        })
-        .map(drop)
-        .map_err(|_| Error::NotFound {
-            kind: "Secret",
-            name,
-        })
-}
-
-pub fn delete_token(store: &Store, id: &str) -> Result<(), Error> {
-    let name = token_name(id);
-    store
-        .delete(Kind::Secret, "kube-system", &name)
-        .map(drop)
-        .map_err(|_| Error::NotFound {
-            kind: "Secret",
-            name,
-        })
-}
-
-/// Store a static token as a `testplane/static-token` Secret named after its id.
-pub fn add_static_token(store: &Store, token: &str, user: &str, groups: &[&str]) {
-    let (id, secret) = token.split_once('.').unwrap_or((token, ""));
-    let data = BTreeMap::from([
-        ("token-id".to_string(), ByteString(id.as_bytes().to_vec())),
-        (
-            "token-secret".to_string(),
-            ByteString(secret.as_bytes().to_vec()),
-        ),
-        ("user".to_string(), ByteString(user.as_bytes().to_vec())),
-        (
-            "groups".to_string(),
-            ByteString(groups.join(",").into_bytes()),
-        ),
-    ]);
-    let s = Secret {
-        metadata: ObjectMeta {
-            name: Some(format!("{}{id}", crate::auth::STATIC_TOKEN_PREFIX)),
-            namespace: Some("kube-system".into()),
-            ..Default::default()
-        },
-        type_: Some(crate::auth::STATIC_TOKEN_TYPE.into()),
-        data: Some(data),
-        ..Default::default()
-    };
-    let _ = store.create(Kind::Secret, "kube-system", crate::to_value(&s));
+    #[test]
+    fn persistent_failures_outlast_the_counted_ones_and_stop_when_turned_off() {
+        let state = FaultState::default();
+        {
+            let mut g = state.lock();
+            g.fail_next = 1;
+            g.fail_status = 500;
+            g.fail_always = Some(503);
+        }
+        assert!(matches!(state.take_injected(), Some(Injected::Fail(500))));
+        for _ in 0..3 {
+            assert!(matches!(state.take_injected(), Some(Injected::Fail(503))));
+        }
+        state.lock().fail_always = None;
+        state.lock().throttle_always = Some(7);
+        assert!(matches!(state.take_injected(), Some(Injected::Throttle(7))));
+        state.lock().throttle_always = None;
+        assert!(state.take_injected().is_none());
+    }
 }

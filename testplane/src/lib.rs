@@ -68,7 +68,7 @@ use k8s_openapi::api::core::v1::Node;
 use tokio::sync::broadcast;
 
 pub use events::{wait_for, Event, RequestRecord};
-pub use faults::{FaultRequest, Faults};
+pub use faults::{AcceptMode, Answer, AnswerRule, FaultRequest, Faults};
 use store::{Kind, Store};
 pub use wire::WireBytes;
 
@@ -117,6 +117,19 @@ pub enum Signer {
     WrongNode,
     /// Issue a certificate signed by a CA nobody trusts.
     WrongCa,
+    /// Issue a certificate that expired an hour ago.
+    Expired,
+    /// Issue a certificate valid from an hour from now (beyond any clock-skew tolerance).
+    NotYetValid,
+    /// Issue the leaf without the extended key usage its profile needs (serverAuth instead
+    /// of clientAuth for a client certificate, clientAuth instead of serverAuth for a
+    /// serving one).
+    WrongUsage,
+    /// Issue a correct leaf followed by copies of the CA certificate, this many
+    /// certificates in all (10,000 is far over any client's body cap).
+    LongChain(usize),
+    /// Issue a correct leaf cut off half-way through its PEM (no END line).
+    TruncatedPem,
 }
 
 #[derive(Debug, thiserror::Error)]

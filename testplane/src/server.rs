@@ -1,20 +1,26 @@
 //! The HTTPS listener: TLS config (ring provider, h2 + http/1.1 by ALPN, client certs
 //! requested), connection ids and events, bytes on the wire per connection (`wire`),
-//! outages (drop every connection, re-listen on the same port) and shutdown. Request
-//! handling is `api`'s.
+//! outages (drop every connection, re-listen on the same port) and shutdown, and the
+//! connection-level fault hooks: accept modes (silent, a stalled TLS handshake), watches
+//! reset with a TCP RST, and rewritten answers. Request handling is `api`'s.
 
+use std::io;
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use rustls::server::danger::ClientCertVerifier;
 use rustls::server::WebPkiClientVerifier;
-use tokio::net::{TcpListener, TcpSocket};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio_rustls::TlsAcceptor;
 
+use crate::faults::AcceptMode;
 use crate::{auth, pki, Event, Shared};
 
 /// (server config, the real CA verifier used per request to classify client certs).
@@ -62,6 +68,8 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 pub enum Command {
     /// Drop the listener and every connection, ack, wait, listen again.
     Outage(std::time::Duration, oneshot::Sender<()>),
+    /// Drop every open connection (the listener stays), then ack.
+    DropConnections(oneshot::Sender<()>),
 }
 
 pub struct Handle {
@@ -123,21 +131,27 @@ async fn accept_loop(
                 kill.send_modify(|g| *g += 1);
                 return;
             }
-            Some(Command::Outage(dur, ack)) = cmds.recv() => {
-                listener = None;
-                kill.send_modify(|g| *g += 1);
-                shared.emit(Event::OutageStarted);
-                let _ = ack.send(());
-                tokio::select! {
-                    _ = tokio::time::sleep(dur) => {}
-                    _ = stop.changed() => return,
+            Some(cmd) = cmds.recv() => match cmd {
+                Command::Outage(dur, ack) => {
+                    listener = None;
+                    kill.send_modify(|g| *g += 1);
+                    shared.emit(Event::OutageStarted);
+                    let _ = ack.send(());
+                    tokio::select! {
+                        _ = tokio::time::sleep(dur) => {}
+                        _ = stop.changed() => return,
+                    }
+                    match bind(shared.addr).await {
+                        Ok(l) => listener = Some(l),
+                        Err(e) => tracing::error!(addr = %shared.addr, error = %e, "re-listen after outage failed"),
+                    }
+                    shared.emit(Event::OutageEnded);
                 }
-                match bind(shared.addr).await {
-                    Ok(l) => listener = Some(l),
-                    Err(e) => tracing::error!(addr = %shared.addr, error = %e, "re-listen after outage failed"),
+                Command::DropConnections(ack) => {
+                    kill.send_modify(|g| *g += 1);
+                    let _ = ack.send(());
                 }
-                shared.emit(Event::OutageEnded);
-            }
+            },
             res = accept => {
                 let Ok((tcp, _peer)) = res else { continue };
                 let _ = tcp.set_nodelay(true);
@@ -159,12 +173,29 @@ pub struct ConnInfo {
 async fn serve_conn(
     shared: Arc<Shared>,
     acceptor: TlsAcceptor,
-    tcp: tokio::net::TcpStream,
+    tcp: TcpStream,
     conn: u64,
     mut kill: watch::Receiver<u64>,
 ) {
-    let tcp = crate::wire::Counted::new(tcp, shared.wire.open(conn));
+    let mode = shared.faults.accept_mode();
+    let reset = Arc::new(Reset::default());
+    let tcp = Resettable {
+        tcp,
+        reset: reset.clone(),
+    };
+    let mut tcp = crate::wire::Counted::new(tcp, shared.wire.open(conn));
     let work = async {
+        match mode {
+            AcceptMode::Serve => {}
+            AcceptMode::Silent => {
+                let _ = drain(&mut tcp).await;
+                return;
+            }
+            AcceptMode::StallHandshake => {
+                let _ = stall_handshake(&mut tcp, acceptor.config().clone()).await;
+                return;
+            }
+        }
         let tls = match acceptor.accept(tcp).await {
             Ok(t) => t,
             Err(e) => {
@@ -187,9 +218,9 @@ async fn serve_conn(
             client_cn,
         });
         let info = ConnInfo { conn, peer };
-        let sh = shared.clone();
+        let (sh, rs) = (shared.clone(), reset.clone());
         let svc = hyper::service::service_fn(move |req| {
-            crate::api::handle(sh.clone(), info.clone(), req)
+            respond(sh.clone(), info.clone(), rs.clone(), req)
         });
         let _ = auto::Builder::new(TokioExecutor::new())
             .serve_connection(TokioIo::new(tls), svc)
@@ -198,7 +229,151 @@ async fn serve_conn(
     tokio::select! {
         _ = work => {}
         _ = kill.changed() => {}
+        () = reset.notify.notified() => shared.emit(Event::WatchDropped { conn }),
     }
     shared.wire.close(conn);
     shared.emit(Event::ConnectionClosed { conn });
+}
+
+/// `api::handle`, then the answer faults: a watch's connection reset after a while, a
+/// rewritten body. The admin path is never touched.
+async fn respond(
+    shared: Arc<Shared>,
+    info: ConnInfo,
+    reset: Arc<Reset>,
+    req: hyper::Request<hyper::body::Incoming>,
+) -> Result<crate::api::Resp, std::convert::Infallible> {
+    let method = req.method().as_str().to_string();
+    let path = req
+        .uri()
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_default();
+    let admin = req.uri().path().starts_with("/testplane/");
+    let watch = req
+        .uri()
+        .query()
+        .unwrap_or_default()
+        .split('&')
+        .any(|kv| kv == "watch=true" || kv == "watch=1");
+    let resp = crate::api::handle(shared.clone(), info, req).await?;
+    if admin {
+        return Ok(resp);
+    }
+    if let Some(after) = shared.faults.reset_watches_after().filter(|_| watch) {
+        tokio::spawn(async move {
+            tokio::time::sleep(after).await;
+            reset.trigger();
+        });
+    }
+    Ok(match shared.faults.answer_for(&method, &path, watch) {
+        Some(answer) => answer.apply(resp),
+        None => resp,
+    })
+}
+
+/// Read and drop what the client sends until it closes (or the connection is dropped).
+async fn drain<S: AsyncRead + Unpin>(s: &mut S) -> io::Result<()> {
+    let mut buf = [0u8; 4096];
+    while s.read(&mut buf).await? > 0 {}
+    Ok(())
+}
+
+/// `AcceptMode::StallHandshake`: read the ClientHello, send only the first record of the
+/// server's flight (the ServerHello), then hold the connection without another byte.
+async fn stall_handshake<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    cfg: Arc<rustls::ServerConfig>,
+) -> io::Result<()> {
+    let mut tls = rustls::ServerConnection::new(cfg).map_err(io::Error::other)?;
+    let mut buf = vec![0u8; 16 * 1024];
+    while !tls.wants_write() {
+        let n = s.read(&mut buf).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        tls.read_tls(&mut &buf[..n])?;
+        tls.process_new_packets().map_err(io::Error::other)?;
+    }
+    let mut flight = Vec::new();
+    while tls.wants_write() {
+        tls.write_tls(&mut flight)?;
+    }
+    // A TLS record: type (1), version (2), length (2), then the fragment.
+    let first = match flight.get(3..5) {
+        Some(len) => 5 + usize::from(u16::from_be_bytes([len[0], len[1]])),
+        None => flight.len(),
+    };
+    s.write_all(&flight[..first.min(flight.len())]).await?;
+    s.flush().await?;
+    drain(s).await
+}
+
+/// A request to reset one connection.
+#[derive(Default)]
+struct Reset {
+    flag: AtomicBool,
+    notify: Notify,
+}
+
+impl Reset {
+    fn trigger(&self) {
+        self.flag.store(true, Ordering::Relaxed);
+        self.notify.notify_one();
+    }
+}
+
+/// The accepted socket. Dropped after its [`Reset`] was triggered, it closes with an RST
+/// (zero linger) instead of a FIN.
+struct Resettable {
+    tcp: TcpStream,
+    reset: Arc<Reset>,
+}
+
+impl Drop for Resettable {
+    fn drop(&mut self) {
+        if self.reset.flag.load(Ordering::Relaxed) {
+            let _ = self.tcp.set_zero_linger();
+        }
+    }
+}
+
+impl AsyncRead for Resettable {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Resettable {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.tcp).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.tcp).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.tcp.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.tcp).poll_shutdown(cx)
+    }
 }

@@ -1,13 +1,19 @@
 //! kube-controller-manager's two kubelet signers as pure rules: which signer a CSR names,
 //! `ValidateKubeletClientCSR` / `ValidateKubeletServingCSR` (order and messages as upstream),
-//! and the leaf each signer issues. No IO, no clock; `controllers.rs` decides when to sign.
+//! the leaf each signer issues, and the broken answers of the hostile `Signer` modes
+//! (another key, node or CA, expired, not yet valid, the wrong usage, a 10,000-certificate
+//! chain, a truncated PEM). No IO, no clock; `controllers.rs` decides when to sign.
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use rcgen::{ExtendedKeyUsagePurpose, KeyUsagePurpose, SanType};
 
-use crate::pki::{LeafSpec, ParsedCsr};
-use crate::{KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER};
+use crate::pki::{signing_window, Ca, LeafSpec, ParsedCsr};
+use crate::{Signer, KUBELET_CLIENT_SIGNER, KUBELET_SERVING_SIGNER};
+
+/// How far outside its window an `Expired` or `NotYetValid` certificate is: far beyond
+/// any tolerance for clock skew.
+const OFF_BY: Duration = Duration::from_secs(3600);
 
 /// The built-in signers the testplane's controllers run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +90,69 @@ impl Kubelet {
             }
         }
     }
+}
+
+/// The validity a correct certificate gets: `lifetime` from `now`, notBefore backdated by
+/// `backdate` (see [`signing_window`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Window {
+    pub lifetime: Duration,
+    pub backdate: Duration,
+    pub now: SystemTime,
+}
+
+/// What the signer puts in `status.certificate` for a validated request in `mode`: the
+/// correct leaf (`Normal`) or the broken answer the mode stands for. `cas` is the cluster
+/// CA, then the one nobody trusts. Err is the Failed message. (`Signer::None` never gets
+/// here: it does not issue.)
+pub fn issue(
+    mode: Signer,
+    kubelet: Kubelet,
+    cas: [&Ca; 2],
+    csr: &ParsedCsr,
+    usages: &[String],
+    window: Window,
+) -> Result<String, String> {
+    let [cluster, rogue] = cas;
+    let ca = if mode == Signer::WrongCa {
+        rogue
+    } else {
+        cluster
+    };
+    let (not_before, not_after) = match mode {
+        Signer::Expired => (window.now - 2 * OFF_BY, window.now - OFF_BY),
+        Signer::NotYetValid => (window.now + OFF_BY, window.now + 2 * OFF_BY),
+        _ => signing_window(window.now, window.lifetime, window.backdate, ca),
+    };
+    let cn = match mode {
+        Signer::WrongNode => "system:node:wrong-node",
+        _ => &csr.cn,
+    };
+    let mut spec = kubelet.leaf(cn, csr, usages, not_before, not_after)?;
+    if mode == Signer::WrongUsage {
+        spec.ekus = match kubelet {
+            Kubelet::Client => vec![ExtendedKeyUsagePurpose::ServerAuth],
+            Kubelet::Serving => vec![ExtendedKeyUsagePurpose::ClientAuth],
+        };
+    }
+    let signed = match mode {
+        Signer::WrongKey => ca.issue_with_new_key(&spec).map(|(cert, _)| cert),
+        _ => ca.issue(&csr.spki_der, &spec),
+    };
+    let leaf = signed.map_err(|e| format!("error signing certificate: {e}"))?;
+    Ok(match mode {
+        Signer::LongChain(n) => {
+            let extra = cluster.cert_pem();
+            let mut chain = String::with_capacity(leaf.len() + extra.len() * n);
+            chain.push_str(&leaf);
+            for _ in 1..n {
+                chain.push_str(extra);
+            }
+            chain
+        }
+        Signer::TruncatedPem => leaf[..leaf.len() / 2].to_string(),
+        _ => leaf,
+    })
 }
 
 /// The usage set as upstream compares it (a set: order and duplicates do not matter).
@@ -325,6 +394,49 @@ mod tests {
         assert!(serving_approver(&c, "system:node:n2").is_err());
         let bare = csr("system:node:n1", &["system:nodes"], vec![]);
         assert!(serving_approver(&bare, "system:node:n1").is_err());
+    }
+
+    #[test]
+    fn hostile_modes_issue_what_they_say() {
+        use crate::pki::pem_blocks;
+        let (ca, rogue) = (Ca::generate("c").unwrap(), Ca::generate("r").unwrap());
+        let c = csr("system:node:n1", &["system:nodes"], vec![]);
+        let usages = u(&["digital signature", "client auth"]);
+        let now = SystemTime::now();
+        let window = Window {
+            lifetime: Duration::from_secs(600),
+            backdate: Duration::ZERO,
+            now,
+        };
+        let issue = |mode| issue(mode, Kubelet::Client, [&ca, &rogue], &c, &usages, window);
+        let leaf = |pem: &str| {
+            let der = pem_blocks(pem.as_bytes(), "CERTIFICATE").remove(0);
+            let (_, x) = x509_parser::parse_x509_certificate(&der).unwrap();
+            let eku = x.extended_key_usage().unwrap().unwrap().value;
+            (
+                x.subject_pki.raw.to_vec(),
+                x.validity().not_before.timestamp(),
+                x.validity().not_after.timestamp(),
+                x.issuer().to_string(),
+                (eku.client_auth, eku.server_auth),
+            )
+        };
+        let unix =
+            |t: SystemTime| t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs() as i64;
+        let good = leaf(&issue(Signer::Normal).unwrap());
+        assert_eq!(good.0, c.spki_der);
+        assert_eq!(good.4, (true, false));
+        assert!(good.1 <= unix(now) && unix(now) < good.2);
+        assert_ne!(leaf(&issue(Signer::WrongKey).unwrap()).0, c.spki_der);
+        assert_eq!(leaf(&issue(Signer::WrongCa).unwrap()).3, "CN=r");
+        assert!(leaf(&issue(Signer::Expired).unwrap()).2 < unix(now));
+        assert!(leaf(&issue(Signer::NotYetValid).unwrap()).1 > unix(now) + 3000);
+        assert_eq!(leaf(&issue(Signer::WrongUsage).unwrap()).4, (false, true));
+        let chain = issue(Signer::LongChain(10_000)).unwrap();
+        assert_eq!(pem_blocks(chain.as_bytes(), "CERTIFICATE").len(), 10_000);
+        let cut = issue(Signer::TruncatedPem).unwrap();
+        assert!(cut.starts_with("-----BEGIN CERTIFICATE-----") && !cut.contains("END"));
+        assert!(pem_blocks(cut.as_bytes(), "CERTIFICATE").is_empty());
     }
 
     #[test]

@@ -2,6 +2,9 @@ use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequestCondition, CertificateSigningRequestStatus,
 };
 
+use tokio::time::Instant;
+
+use super::approval::ApprovalTracker;
 use super::*;
 #[allow(unused_imports)]
 use crate::pki::CertProfile;

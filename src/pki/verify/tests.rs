@@ -144,6 +144,48 @@ fn accepts_a_cert_for_our_key_and_node() {
     .unwrap();
 }
 
+/// A chain no TLS handshake can carry is refused before it is installed (a 3,000-copy
+/// chain under the API's body cap used to be written, and then every handshake failed).
+#[test]
+fn refuses_a_chain_longer_than_a_handshake_carries() {
+    let s = setup();
+    let cert = s.ca.sign(&s.csr, |_| {});
+    let check = |chain: &str| {
+        verify_issued(
+            chain,
+            &s.key,
+            &CertProfile::client(NODE),
+            s.ca.pem.as_bytes(),
+            mid(),
+        )
+    };
+    let with_copies = |n: usize| format!("{cert}{}", s.ca.pem.repeat(n));
+    check(&with_copies(MAX_CHAIN_CERTS - 1)).unwrap();
+    let err = check(&with_copies(MAX_CHAIN_CERTS)).unwrap_err();
+    assert!(
+        matches!(err, VerifyError::ChainTooLong { certificates, .. } if certificates == MAX_CHAIN_CERTS + 1),
+        "{err}"
+    );
+    // Few certificates, but too many bytes: a leaf padded with a huge extension.
+    let big = s.ca.sign(&s.csr, |p| {
+        p.custom_extensions = vec![rcgen::CustomExtension::from_oid_content(
+            &[1, 3, 6, 1, 4, 1, 99999, 1],
+            vec![0u8; MAX_CHAIN_BYTES],
+        )]
+    });
+    let err = check(&big).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            VerifyError::ChainTooLong {
+                certificates: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
 #[test]
 fn refuses_a_cert_for_another_key() {
     let s = setup();
