@@ -568,3 +568,55 @@ fn debug_shows_sizes_and_fingerprints_not_bodies() {
     assert_eq!(debug.matches(&summary).count(), 2, "{debug}");
     assert!(debug.contains("PrivateKeyPem(<redacted>)"), "{debug}");
 }
+
+/// Regression: a kubeconfig, or a file it names, was read whole whatever its size, and a
+/// FIFO at either path blocked the agent forever.
+#[test]
+fn oversized_or_special_files_are_refused_naming_the_field_and_cap() {
+    let f = Fixture::new();
+    let token_file = |name: &str| format!("    tokenFile: {name}");
+    std::fs::write(
+        f.path("big-token"),
+        vec![b'a'; (MAX_REFERENCED_FILE + 1) as usize],
+    )
+    .unwrap();
+    let e = f.err(&f.good_cluster(), &token_file("big-token"));
+    assert!(e.contains("cannot read tokenFile file"), "{e}");
+    let p = f.bootstrap(&f.good_cluster(), &token_file("big-token"));
+    let e = crate::runtime::report(&read(&p, false).unwrap_err());
+    assert!(
+        e.ends_with("big-token: is larger than the 1 MiB cap"),
+        "{e}"
+    );
+
+    let made = std::process::Command::new("mkfifo")
+        .arg(f.path("fifo"))
+        .status();
+    assert!(made.unwrap().success());
+    let p = f.bootstrap(&f.good_cluster(), &token_file("fifo"));
+    let e = crate::runtime::report(&read(&p, false).unwrap_err());
+    assert!(e.ends_with("fifo: is a FIFO, not a regular file"), "{e}");
+    let e = crate::runtime::report(&read(&f.path("fifo"), false).unwrap_err());
+    assert!(
+        e.ends_with("fifo: cannot read: is a FIFO, not a regular file"),
+        "{e}"
+    );
+
+    // Inline data is held to the same cap once decoded.
+    let big_ca = STANDARD.encode(vec![b'a'; (MAX_REFERENCED_FILE + 1) as usize]);
+    let cluster =
+        format!("    server: https://10.0.0.1:6443\n    certificate-authority-data: {big_ca}");
+    let e = f.err(&cluster, &format!("    token: {TOKEN}"));
+    assert!(
+        e.ends_with("certificate-authority-data is larger than the 1 MiB cap"),
+        "{e}"
+    );
+    // And the kubeconfig itself to its own.
+    let huge = f.path("huge.yaml");
+    std::fs::write(&huge, vec![b'#'; (MAX_KUBECONFIG_FILE + 1) as usize]).unwrap();
+    let e = crate::runtime::report(&read(&huge, false).unwrap_err());
+    assert!(
+        e.ends_with("cannot read: is larger than the 4 MiB cap"),
+        "{e}"
+    );
+}
