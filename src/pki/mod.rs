@@ -11,7 +11,7 @@ pub use profile::{CertProfile, Purpose, Sans};
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine as _;
 use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair, PublicKeyData as _, SanType};
 use sha2::{Digest as _, Sha512_256};
@@ -52,6 +52,14 @@ pub enum PkiError {
         #[source]
         source: x509_parser::nom::Err<x509_parser::error::X509Error>,
     },
+    /// What Go's `x509.ParseCertificate` (the kubelet, the API server) refuses as
+    /// "trailing data": a file with it would be installed and then fail to load.
+    #[error("certificate {index} in the chain has {extra} bytes after its end")]
+    TrailingData { index: usize, extra: usize },
+    /// RFC 5280 4.1.1.2: the outer signatureAlgorithm must be the signed `signature` field
+    /// byte for byte; Go refuses a mismatch, x509-parser does not look.
+    #[error("certificate {index} in the chain names another signature algorithm outside its signed part")]
+    SignatureAlgorithmMismatch { index: usize },
 }
 
 /// A private key in PEM. Debug is redacted and there is no Display: use `as_str` only to
@@ -270,7 +278,8 @@ pub fn csr_matches_key(csr_pem_or_der: &[u8], key: &NodeKey, profile: &CertProfi
     } else {
         csr_pem_or_der.to_vec()
     };
-    let Ok((_, csr)) = X509CertificationRequest::from_der(&der) else {
+    // Bytes after the request are refused, as Go's parser (the API server's) does.
+    let Ok(([], csr)) = X509CertificationRequest::from_der(&der) else {
         return false;
     };
     let info = &csr.certification_request_info;
@@ -398,7 +407,8 @@ impl fmt::Debug for CertInfo {
 }
 
 /// Every CERTIFICATE block of `pem`, in order, with its DER. Other blocks (a private key
-/// in a kubelet-client-*.pem) are skipped. Errors if there is none or one does not parse.
+/// in a kubelet-client-*.pem) are skipped. Errors if there is none, or one does not parse
+/// or has bytes after the certificate (as Go's parser, which the kubelet uses, would).
 pub fn parse_cert_chain(pem: &str) -> Result<Vec<(CertInfo, Vec<u8>)>, PkiError> {
     let mut out = Vec::new();
     for (index, block) in Pem::iter_from_buffer(pem.as_bytes()).enumerate() {
@@ -406,8 +416,15 @@ pub fn parse_cert_chain(pem: &str) -> Result<Vec<(CertInfo, Vec<u8>)>, PkiError>
         if block.label != "CERTIFICATE" {
             continue;
         }
-        let (_, cert) = X509Certificate::from_der(&block.contents)
+        let (rest, cert) = X509Certificate::from_der(&block.contents)
             .map_err(|source| PkiError::CertParse { index, source })?;
+        if !rest.is_empty() {
+            let extra = rest.len();
+            return Err(PkiError::TrailingData { index, extra });
+        }
+        if !signature_algorithms_match(&block.contents) {
+            return Err(PkiError::SignatureAlgorithmMismatch { index });
+        }
         let info = CertInfo::from_x509(&cert);
         out.push((info, block.contents));
     }
@@ -417,8 +434,52 @@ pub fn parse_cert_chain(pem: &str) -> Result<Vec<(CertInfo, Vec<u8>)>, PkiError>
     Ok(out)
 }
 
+/// Whether a certificate's outer signatureAlgorithm (not covered by the signature) is the
+/// TBS `signature` field byte for byte. x509-parser reads the outer one leniently (an OID
+/// under another tag passes), so compare the raw TLVs.
+fn signature_algorithms_match(der: &[u8]) -> bool {
+    use x509_parser::asn1_rs::{Any, FromDer as _};
+    /// One TLV: its raw bytes, its parsed form, what follows it.
+    fn tlv(input: &[u8]) -> Option<(&[u8], Any<'_>, &[u8])> {
+        let (rest, any) = Any::from_der(input).ok()?;
+        Some((&input[..input.len() - rest.len()], any, rest))
+    }
+    let inner = || {
+        let (_, cert, _) = tlv(der)?;
+        let (_, tbs, after_tbs) = tlv(cert.data)?;
+        let (outer_alg, _, _) = tlv(after_tbs)?;
+        // TBSCertificate: [0] EXPLICIT version (optional), serialNumber, signature.
+        let (first, _, mut fields) = tlv(tbs.data)?;
+        if first.first() == Some(&0xa0) {
+            (_, _, fields) = tlv(fields)?; // the serial number
+        }
+        let (inner_alg, _, _) = tlv(fields)?;
+        Some(inner_alg == outer_alg)
+    };
+    inner().unwrap_or(false)
+}
+
+/// The certificates of `pem` exactly as [`parse_cert_chain`] reads them, written again as
+/// plain PEM (64-column base64, `\n` line ends, nothing before, between or after): what is
+/// installed is what was verified, so every PEM reader (ours on restart, Go's in the
+/// kubelet) sees the same certificates whatever else the server's text held.
+pub fn canonical_chain_pem(pem: &str) -> Result<String, PkiError> {
+    let mut out = String::new();
+    for (_, der) in parse_cert_chain(pem)? {
+        out.push_str("-----BEGIN CERTIFICATE-----\n");
+        let b64 = STANDARD.encode(der);
+        for line in b64.as_bytes().chunks(64) {
+            out.push_str(std::str::from_utf8(line).unwrap_or_default());
+            out.push('\n');
+        }
+        out.push_str("-----END CERTIFICATE-----\n");
+    }
+    Ok(out)
+}
+
 /// Splits a kubelet-client-*.pem (chain then key) into the CERTIFICATE blocks, joined
-/// with newlines, and the first `*PRIVATE KEY` block. Other blocks are dropped.
+/// with newlines, and the first `*PRIVATE KEY` block. Other blocks, and a `-----BEGIN`
+/// without its `-----END`, are dropped.
 pub fn split_pem(pem: &str) -> (String, Option<PrivateKeyPem>) {
     let mut certs = String::new();
     let mut key = None;
@@ -431,7 +492,10 @@ pub fn split_pem(pem: &str) -> (String, Option<PrivateKeyPem>) {
         let label = &after[..label_end];
         let end_marker = format!("-----END {label}-----");
         let Some(end) = rest[start..].find(&end_marker) else {
-            break;
+            // A block that never ends is skipped, not the end of the file: the blocks
+            // after it still count (as Go's pem.Decode, the kubelet's reader, does).
+            rest = after;
+            continue;
         };
         let block_end = start + end + end_marker.len();
         let block = &rest[start..block_end];
