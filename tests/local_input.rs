@@ -284,6 +284,21 @@ async fn a_fifo_or_device_at_the_current_certificate_path_is_a_clear_error_not_a
     symlink("/dev/zero", &current);
     let (status, log) = Agent::spawn(&node.args("planted")).exit().await;
     assert_last_line(status.code(), &log, &current, &["is a character device"]);
+
+    // A symlink to some other file: read, refused by name, the file left as it was.
+    let node = NodeDir::new("unused");
+    let victim = node.tmp.path().join("victim");
+    std::fs::write(&victim, "precious").unwrap();
+    let current = cert_dir(&node).join("kubelet-client-current.pem");
+    symlink(&path(&victim), &current);
+    let (status, log) = Agent::spawn(&node.args("planted")).exit().await;
+    assert_last_line(
+        status.code(),
+        &log,
+        &current,
+        &["holds no CERTIFICATE block"],
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
 }
 
 /// A FIFO or a device at the pending-key path is not a key bootlet wrote: it is never
@@ -322,7 +337,8 @@ async fn a_fifo_or_device_at_the_pending_key_path_is_replaced_by_a_fresh_key() {
 
 /// Temp names are random and created with O_EXCL, so a planted entry is never written
 /// through; one left at a temp name is swept at start, the symlink removed and not what
-/// it points at. A symlink planted at the kubeconfig path is replaced by the rename.
+/// it points at. A symlink planted at the kubeconfig or pending-key path is replaced by
+/// the rename that writes the file, never written through.
 #[tokio::test]
 async fn entries_planted_at_temp_names_or_the_kubeconfig_path_are_replaced_not_followed() {
     let tp = support::plane(HOUR).await;
@@ -340,6 +356,8 @@ async fn entries_planted_at_temp_names_or_the_kubeconfig_path_are_replaced_not_f
     symlink(&victim_s, &planted[1]);
     symlink(&victim_s, &planted[2]);
     symlink(&victim_s, &node.kubeconfig);
+    // Not a key: discarded, and the new pending key replaces the link, not its target.
+    symlink(&victim_s, &dir.join("kubelet-client.key.tmp"));
 
     let agent = Agent::spawn(&node.args("planted-temps"));
     agent.wait_for_log("client certificate installed").await;
