@@ -56,10 +56,11 @@ pub enum PkiError {
     /// "trailing data": a file with it would be installed and then fail to load.
     #[error("certificate {index} in the chain has {extra} bytes after its end")]
     TrailingData { index: usize, extra: usize },
-    /// RFC 5280 4.1.1.2: the outer signatureAlgorithm must be the signed `signature` field
-    /// byte for byte; Go refuses a mismatch, x509-parser does not look.
-    #[error("certificate {index} in the chain names another signature algorithm outside its signed part")]
-    SignatureAlgorithmMismatch { index: usize },
+    /// The parts a certificate's signature does not cover, read as Go reads them (RFC 5280
+    /// 4.1.1.2-3): x509-parser reads them leniently, so a certificate it accepts there may
+    /// be one the kubelet cannot load. `what` says which part.
+    #[error("certificate {index} in the chain is malformed outside its signed part: {what}")]
+    OutsideSignature { index: usize, what: &'static str },
 }
 
 /// A private key in PEM. Debug is redacted and there is no Display: use `as_str` only to
@@ -422,8 +423,8 @@ pub fn parse_cert_chain(pem: &str) -> Result<Vec<(CertInfo, Vec<u8>)>, PkiError>
             let extra = rest.len();
             return Err(PkiError::TrailingData { index, extra });
         }
-        if !signature_algorithms_match(&block.contents) {
-            return Err(PkiError::SignatureAlgorithmMismatch { index });
+        if let Some(what) = unsigned_part_problem(&block.contents) {
+            return Err(PkiError::OutsideSignature { index, what });
         }
         let info = CertInfo::from_x509(&cert);
         out.push((info, block.contents));
@@ -434,29 +435,50 @@ pub fn parse_cert_chain(pem: &str) -> Result<Vec<(CertInfo, Vec<u8>)>, PkiError>
     Ok(out)
 }
 
-/// Whether a certificate's outer signatureAlgorithm (not covered by the signature) is the
-/// TBS `signature` field byte for byte. x509-parser reads the outer one leniently (an OID
-/// under another tag passes), so compare the raw TLVs.
-fn signature_algorithms_match(der: &[u8]) -> bool {
+/// What is wrong with the parts of a certificate its signature does not cover, if anything:
+/// `Certificate ::= SEQUENCE { tbsCertificate, signatureAlgorithm, signatureValue BIT
+/// STRING }` with exactly those tags, nothing after them, and the signatureAlgorithm the
+/// TBS `signature` field byte for byte. Go's parser insists on each; x509-parser accepts,
+/// for instance, the algorithm's OID under another tag or the signature under a context
+/// tag, so the raw TLVs are compared here.
+fn unsigned_part_problem(der: &[u8]) -> Option<&'static str> {
     use x509_parser::asn1_rs::{Any, FromDer as _};
     /// One TLV: its raw bytes, its parsed form, what follows it.
     fn tlv(input: &[u8]) -> Option<(&[u8], Any<'_>, &[u8])> {
         let (rest, any) = Any::from_der(input).ok()?;
         Some((&input[..input.len() - rest.len()], any, rest))
     }
-    let inner = || {
-        let (_, cert, _) = tlv(der)?;
-        let (_, tbs, after_tbs) = tlv(cert.data)?;
-        let (outer_alg, _, _) = tlv(after_tbs)?;
-        // TBSCertificate: [0] EXPLICIT version (optional), serialNumber, signature.
-        let (first, _, mut fields) = tlv(tbs.data)?;
-        if first.first() == Some(&0xa0) {
+    const SEQUENCE: u8 = 0x30;
+    const BIT_STRING: u8 = 0x03;
+    const MALFORMED: &str = "not a certificate SEQUENCE";
+    let Some((raw, cert, _)) = tlv(der) else {
+        return Some(MALFORMED);
+    };
+    let parts = tlv(cert.data).and_then(|(tbs_raw, tbs, rest)| {
+        let (alg, _, rest) = tlv(rest)?;
+        let (sig, _, rest) = tlv(rest)?;
+        Some((tbs_raw, tbs, alg, sig, rest))
+    });
+    let Some((tbs_raw, tbs, outer_alg, sig, after)) = parts else {
+        return Some(MALFORMED);
+    };
+    if raw[0] != SEQUENCE || tbs_raw[0] != SEQUENCE || outer_alg[0] != SEQUENCE {
+        return Some(MALFORMED);
+    }
+    if sig[0] != BIT_STRING {
+        return Some("the signature is not a BIT STRING");
+    }
+    if !after.is_empty() {
+        return Some("fields after the signature");
+    }
+    // TBSCertificate: [0] EXPLICIT version (optional), serialNumber, signature.
+    let inner_alg = tlv(tbs.data).and_then(|(first, _, mut fields)| {
+        if first[0] == 0xa0 {
             (_, _, fields) = tlv(fields)?; // the serial number
         }
-        let (inner_alg, _, _) = tlv(fields)?;
-        Some(inner_alg == outer_alg)
-    };
-    inner().unwrap_or(false)
+        Some(tlv(fields)?.0)
+    });
+    (inner_alg != Some(outer_alg)).then_some("the signature algorithm is not the signed one")
 }
 
 /// The certificates of `pem` exactly as [`parse_cert_chain`] reads them, written again as

@@ -639,7 +639,53 @@ fn refuses_an_outer_signature_algorithm_that_is_not_the_signed_one() {
     assert!(
         matches!(
             err,
-            VerifyError::Malformed(PkiError::SignatureAlgorithmMismatch { index: 0 })
+            VerifyError::Malformed(PkiError::OutsideSignature {
+                index: 0,
+                what: "the signature algorithm is not the signed one"
+            })
+        ),
+        "{err:?}"
+    );
+}
+
+/// Found by bench/fuzz.sh: the signature BIT STRING under a context tag ([3], 0x83) was
+/// accepted too; Go refuses it.
+#[test]
+fn refuses_a_signature_that_is_not_a_bit_string() {
+    let s = setup();
+    let cert = s.ca.sign(&s.csr, |_| {});
+    let mut der = x509_parser::pem::Pem::iter_from_buffer(cert.as_bytes())
+        .next()
+        .unwrap()
+        .unwrap()
+        .contents;
+    // The signature is the last TLV; an ECDSA P-256 one is 70 to 72 bytes long.
+    let at = (der.len() - 80..der.len())
+        .find(|&i| der[i] == 0x03 && usize::from(der[i + 1]) + i + 2 == der.len())
+        .unwrap();
+    der[at] = 0x83;
+    let pem = with_trailing(
+        &format!(
+            "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+            base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &der)
+        ),
+        &[],
+    );
+    let err = verify_issued(
+        &pem,
+        &s.key,
+        &CertProfile::client(NODE),
+        s.ca.pem.as_bytes(),
+        mid(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            VerifyError::Malformed(PkiError::OutsideSignature {
+                index: 0,
+                what: "the signature is not a BIT STRING"
+            })
         ),
         "{err:?}"
     );
