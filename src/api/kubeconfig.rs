@@ -33,19 +33,19 @@ pub enum KubeconfigError {
     Parse { path: PathBuf, detail: String },
     #[error("{}: no current-context and {count} contexts to choose from", .path.display())]
     NoCurrentContext { path: PathBuf, count: usize },
-    #[error("{}: context {name:?} not found", .path.display())]
+    #[error("{}: context {} not found", .path.display(), Shown(.name))]
     ContextNotFound { path: PathBuf, name: String },
-    #[error("{}: cluster {name:?} not found", .path.display())]
+    #[error("{}: cluster {} not found", .path.display(), Shown(.name))]
     ClusterNotFound { path: PathBuf, name: String },
-    #[error("{}: user {name:?} not found", .path.display())]
+    #[error("{}: user {} not found", .path.display(), Shown(.name))]
     UserNotFound { path: PathBuf, name: String },
-    #[error("{}: cluster {cluster:?} has no server", .path.display())]
+    #[error("{}: cluster {} has no server", .path.display(), Shown(.cluster))]
     NoServer { path: PathBuf, cluster: String },
-    #[error("{}: server {server:?} is not an https:// URL", .path.display())]
+    #[error("{}: server {} is not an https:// URL", .path.display(), Shown(.server))]
     NotHttps { path: PathBuf, server: String },
-    #[error("{}: cluster {cluster:?} has neither certificate-authority nor certificate-authority-data", .path.display())]
+    #[error("{}: cluster {} has neither certificate-authority nor certificate-authority-data", .path.display(), Shown(.cluster))]
     NoCa { path: PathBuf, cluster: String },
-    #[error("{}: cluster {cluster:?} sets insecure-skip-tls-verify, which bootlet refuses", .path.display())]
+    #[error("{}: cluster {} sets insecure-skip-tls-verify, which bootlet refuses", .path.display(), Shown(.cluster))]
     InsecureRefused { path: PathBuf, cluster: String },
     #[error("{}: {field} is not valid base64", .path.display())]
     BadBase64 { path: PathBuf, field: &'static str },
@@ -67,14 +67,14 @@ pub enum KubeconfigError {
         file: PathBuf,
         source: std::io::Error,
     },
-    #[error("{}: user {user:?} has {present} but not {missing}", .path.display())]
+    #[error("{}: user {} has {present} but not {missing}", .path.display(), Shown(.user))]
     IncompleteClientCert {
         path: PathBuf,
         user: String,
         present: &'static str,
         missing: &'static str,
     },
-    #[error("{}: user {user:?} has an empty token", .path.display())]
+    #[error("{}: user {} has an empty token", .path.display(), Shown(.user))]
     EmptyToken { path: PathBuf, user: String },
     /// A key bootlet cannot honour; `key` is its path in the file, e.g.
     /// `users[0].user.exec`.
@@ -260,6 +260,31 @@ fn one_line(e: &dyn std::error::Error) -> String {
     line.trim_start_matches("error: ").to_string()
 }
 
+/// A value from the file as an error shows it: quoted and escaped, but only when it could
+/// be a name or URL at all (no whitespace, at most [`SHOWN_MAX`] characters). A value with
+/// a line break is most likely a quote left open that swallowed the lines after it (a
+/// token among them, found by tests/fuzz.rs): it is described, never shown.
+pub struct Shown<'a>(pub &'a str);
+
+/// The longest value [`Shown`] quotes.
+pub const SHOWN_MAX: usize = 256;
+
+impl fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.0.chars().count();
+        if self.0.chars().any(char::is_whitespace) {
+            write!(
+                f,
+                "(a value of {n} characters with whitespace or line breaks: a quote left open?)"
+            )
+        } else if n > SHOWN_MAX {
+            write!(f, "(a value of {n} characters)")
+        } else {
+            write!(f, "{:?}", self.0)
+        }
+    }
+}
+
 /// Resolves the pieces of one kubeconfig file; every error names `path`.
 struct Reader<'a> {
     path: &'a Path,
@@ -314,6 +339,19 @@ impl Reader<'_> {
             Some(server) if !server.starts_with("https://") => {
                 return Err(KubeconfigError::NotHttps { path, server })
             }
+            // What a URL parser trims around it is fine; inside, it means a quote left open.
+            Some(server)
+                if server
+                    .trim()
+                    .chars()
+                    .any(|c| c.is_whitespace() || c.is_control()) =>
+            {
+                return Err(KubeconfigError::Invalid {
+                    path,
+                    key: format!("clusters[{index}].cluster.server"),
+                    reason: format!("{} is not a URL", Shown(&server)),
+                })
+            }
             Some(server) => server,
         };
         let key = |field: &str| format!("clusters[{index}].cluster.{field}");
@@ -323,7 +361,7 @@ impl Reader<'_> {
                 return Err(KubeconfigError::Invalid {
                     path,
                     key: key("tls-server-name"),
-                    reason: format!("{name:?} is neither a DNS name nor an IP address"),
+                    reason: format!("{} is neither a DNS name nor an IP address", Shown(name)),
                 });
             }
         }

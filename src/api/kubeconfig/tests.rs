@@ -465,8 +465,9 @@ fn proxy_url_and_tls_server_name_errors_name_the_key() {
     assert_eq!(
         with("    tls-server-name: 'not a name'"),
         format!(
-            "{kc}: clusters[0].cluster.tls-server-name \"not a name\" is neither a DNS name \
-             nor an IP address"
+            "{kc}: clusters[0].cluster.tls-server-name (a value of 10 characters with \
+             whitespace or line breaks: a quote left open?) is neither a DNS name nor an IP \
+             address"
         )
     );
 }
@@ -618,5 +619,44 @@ fn oversized_or_special_files_are_refused_naming_the_field_and_cap() {
     assert!(
         e.ends_with("cannot read: is larger than the 4 MiB cap"),
         "{e}"
+    );
+}
+
+/// Found by tests/fuzz.rs: a quote left open in `server:` swallowed the lines after it, a
+/// token among them; the value was accepted (it starts with https://) and shown whole in
+/// later errors and Debug, or in "is not an https:// URL". A value with a line break is
+/// now refused, and described instead of shown.
+#[test]
+fn a_server_that_swallowed_other_lines_is_refused_without_showing_them() {
+    let f = Fixture::new();
+    let secret = "0123456789abcdef";
+    for server in [
+        format!("    server: \"https://10.0.0.1:6443\n      token: abcdef.{secret}\""),
+        format!("    server: \"10.0.0.1:6443\n      token: abcdef.{secret}\""),
+    ] {
+        let cluster = format!("    certificate-authority-data: {}\n{server}", f.ca_data());
+        let p = f.bootstrap(&cluster, &format!("    token: {TOKEN}"));
+        let e = crate::runtime::report(&read(&p, false).unwrap_err());
+        assert!(!e.contains(secret), "{e}");
+        assert!(
+            e.contains("with whitespace or line breaks: a quote left open?"),
+            "{e}"
+        );
+    }
+    // An ordinary value is still shown, quoted.
+    let e = f.err(
+        &format!(
+            "    server: http://10.0.0.1\n    certificate-authority-data: {}",
+            f.ca_data()
+        ),
+        &format!("    token: {TOKEN}"),
+    );
+    assert!(
+        e.ends_with("server \"http://10.0.0.1\" is not an https:// URL"),
+        "{e}"
+    );
+    assert_eq!(
+        Shown(&"x".repeat(SHOWN_MAX + 1)).to_string(),
+        "(a value of 257 characters)"
     );
 }
