@@ -419,18 +419,23 @@ pub fn preview(input: &[u8]) -> String {
     }
 }
 
-/// An error message as an outcome name: digits and quoted values dropped, so each error
-/// kind counts once however its values vary.
+/// An error message as an outcome name: digits and quoted values (`"…"`, `` `…` ``, `'…'`)
+/// dropped and the rest cut at 80 characters, so each error kind counts once however its
+/// values vary.
 pub fn outcome(kind: &str, message: &str) -> String {
     let mut out = String::from(kind);
     out.push(':');
-    let mut in_quote = false;
-    for c in message.chars().take(120) {
-        match c {
-            '"' => in_quote = !in_quote,
-            _ if in_quote => {}
-            c if c.is_ascii_digit() => {}
-            c => out.push(c),
+    let mut quote = None;
+    for c in message.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '"' | '`' | '\'') => quote = Some(c),
+            (None, c) if c.is_ascii_digit() => {}
+            (None, c) => out.push(c),
+        }
+        if out.len() >= kind.len() + 80 {
+            break;
         }
     }
     out
