@@ -4,14 +4,17 @@
 
 pub mod files;
 pub mod profile;
+mod strict;
 pub mod verify;
 
 pub use profile::{CertProfile, Purpose, Sans};
+pub use strict::canonical_chain_pem;
+use strict::unsigned_part_problem;
 
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use rcgen::{CertificateParams, DistinguishedName, DnType, KeyPair, PublicKeyData as _, SanType};
 use sha2::{Digest as _, Sha512_256};
@@ -431,70 +434,6 @@ pub fn parse_cert_chain(pem: &str) -> Result<Vec<(CertInfo, Vec<u8>)>, PkiError>
     }
     if out.is_empty() {
         return Err(PkiError::NoCertificate);
-    }
-    Ok(out)
-}
-
-/// What is wrong with the parts of a certificate its signature does not cover, if anything:
-/// `Certificate ::= SEQUENCE { tbsCertificate, signatureAlgorithm, signatureValue BIT
-/// STRING }` with exactly those tags, nothing after them, and the signatureAlgorithm the
-/// TBS `signature` field byte for byte. Go's parser insists on each; x509-parser accepts,
-/// for instance, the algorithm's OID under another tag or the signature under a context
-/// tag, so the raw TLVs are compared here.
-fn unsigned_part_problem(der: &[u8]) -> Option<&'static str> {
-    use x509_parser::asn1_rs::{Any, FromDer as _};
-    /// One TLV: its raw bytes, its parsed form, what follows it.
-    fn tlv(input: &[u8]) -> Option<(&[u8], Any<'_>, &[u8])> {
-        let (rest, any) = Any::from_der(input).ok()?;
-        Some((&input[..input.len() - rest.len()], any, rest))
-    }
-    const SEQUENCE: u8 = 0x30;
-    const BIT_STRING: u8 = 0x03;
-    const MALFORMED: &str = "not a certificate SEQUENCE";
-    let Some((raw, cert, _)) = tlv(der) else {
-        return Some(MALFORMED);
-    };
-    let parts = tlv(cert.data).and_then(|(tbs_raw, tbs, rest)| {
-        let (alg, _, rest) = tlv(rest)?;
-        let (sig, _, rest) = tlv(rest)?;
-        Some((tbs_raw, tbs, alg, sig, rest))
-    });
-    let Some((tbs_raw, tbs, outer_alg, sig, after)) = parts else {
-        return Some(MALFORMED);
-    };
-    if raw[0] != SEQUENCE || tbs_raw[0] != SEQUENCE || outer_alg[0] != SEQUENCE {
-        return Some(MALFORMED);
-    }
-    if sig[0] != BIT_STRING {
-        return Some("the signature is not a BIT STRING");
-    }
-    if !after.is_empty() {
-        return Some("fields after the signature");
-    }
-    // TBSCertificate: [0] EXPLICIT version (optional), serialNumber, signature.
-    let inner_alg = tlv(tbs.data).and_then(|(first, _, mut fields)| {
-        if first[0] == 0xa0 {
-            (_, _, fields) = tlv(fields)?; // the serial number
-        }
-        Some(tlv(fields)?.0)
-    });
-    (inner_alg != Some(outer_alg)).then_some("the signature algorithm is not the signed one")
-}
-
-/// The certificates of `pem` exactly as [`parse_cert_chain`] reads them, written again as
-/// plain PEM (64-column base64, `\n` line ends, nothing before, between or after): what is
-/// installed is what was verified, so every PEM reader (ours on restart, Go's in the
-/// kubelet) sees the same certificates whatever else the server's text held.
-pub fn canonical_chain_pem(pem: &str) -> Result<String, PkiError> {
-    let mut out = String::new();
-    for (_, der) in parse_cert_chain(pem)? {
-        out.push_str("-----BEGIN CERTIFICATE-----\n");
-        let b64 = STANDARD.encode(der);
-        for line in b64.as_bytes().chunks(64) {
-            out.push_str(std::str::from_utf8(line).unwrap_or_default());
-            out.push('\n');
-        }
-        out.push_str("-----END CERTIFICATE-----\n");
     }
     Ok(out)
 }

@@ -649,20 +649,37 @@ fn refuses_an_outer_signature_algorithm_that_is_not_the_signed_one() {
 }
 
 /// Found by bench/fuzz.sh: the signature BIT STRING under a context tag ([3], 0x83) was
-/// accepted too; Go refuses it.
+/// accepted too; Go refuses it. So was one claiming unused bits: ring verifies the bytes
+/// as they are, Go shifts them first (RightAlign), and the API server would refuse the
+/// installed certificate's signature.
 #[test]
 fn refuses_a_signature_that_is_not_a_bit_string() {
     let s = setup();
-    let cert = s.ca.sign(&s.csr, |_| {});
-    let mut der = x509_parser::pem::Pem::iter_from_buffer(cert.as_bytes())
-        .next()
-        .unwrap()
-        .unwrap()
-        .contents;
+    // A signature whose last byte is even, so that claiming one unused bit keeps the
+    // padding zero, as DER wants (the ECDSA nonce is random: a few signings suffice).
+    let mut der = Vec::new();
+    for _ in 0..64 {
+        let cert = s.ca.sign(&s.csr, |_| {});
+        der = x509_parser::pem::Pem::iter_from_buffer(cert.as_bytes())
+            .next()
+            .unwrap()
+            .unwrap()
+            .contents;
+        if der[der.len() - 1] % 2 == 0 {
+            break;
+        }
+    }
+    assert_eq!(
+        der[der.len() - 1] % 2,
+        0,
+        "an even last byte in 64 signatures"
+    );
     // The signature is the last TLV; an ECDSA P-256 one is 70 to 72 bytes long.
     let at = (der.len() - 80..der.len())
         .find(|&i| der[i] == 0x03 && usize::from(der[i + 1]) + i + 2 == der.len())
         .unwrap();
+    let mut unused_bits = der.clone();
+    unused_bits[at + 2] = 1;
     der[at] = 0x83;
     let pem = with_trailing(
         &format!(
@@ -685,6 +702,28 @@ fn refuses_a_signature_that_is_not_a_bit_string() {
             VerifyError::Malformed(PkiError::OutsideSignature {
                 index: 0,
                 what: "the signature is not a BIT STRING"
+            })
+        ),
+        "{err:?}"
+    );
+    let pem = format!(
+        "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &unused_bits)
+    );
+    let err = verify_issued(
+        &pem,
+        &s.key,
+        &CertProfile::client(NODE),
+        s.ca.pem.as_bytes(),
+        mid(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            VerifyError::Malformed(PkiError::OutsideSignature {
+                index: 0,
+                what: "the signature BIT STRING has unused bits"
             })
         ),
         "{err:?}"
