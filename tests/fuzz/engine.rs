@@ -224,8 +224,15 @@ pub fn fuzz(t: &Target<'_>, budget: Budget, seed: u64) -> Report {
         execs.store(n, Ordering::Relaxed);
         match verdict {
             Ok(Ok(outcome)) => {
-                if outcomes.insert(outcome) && corpus.len() < MAX_CORPUS {
-                    corpus.push(input);
+                if outcomes.insert(outcome) {
+                    if corpus.len() < MAX_CORPUS {
+                        corpus.push(input);
+                    } else {
+                        // Full: a new outcome takes the place of a random non-seed entry,
+                        // so the corpus keeps moving instead of freezing on its first fill.
+                        let i = rng.random_range(t.seeds.len().min(MAX_CORPUS - 1)..MAX_CORPUS);
+                        corpus[i] = input;
+                    }
                 }
             }
             Ok(Err(finding)) => {
