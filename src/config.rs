@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::cli::Flags;
+use crate::pki::files::read_text_bounded;
 use crate::runtime::backoff::Backoff;
 use crate::runtime::telemetry::LogFormat;
 
@@ -18,6 +19,10 @@ mod layers;
 pub mod reload;
 
 pub use crate::defaults::*;
+
+/// The largest config file read: every key set takes well under 4 KiB, so anything near a
+/// mebibyte is not a config file (or is a YAML bomb).
+pub const MAX_CONFIG_FILE: u64 = 1 << 20;
 
 /// The YAML config file: every flag's camelCase key, all optional. Durations are Go-style
 /// strings (`10s`), booleans YAML booleans. Relative paths are relative to the file's folder.
@@ -187,12 +192,15 @@ pub fn hostname() -> Result<String, std::io::Error> {
 // === impl FileConfig ===
 
 impl FileConfig {
-    /// Reads and parses `path`. An empty file (or only comments) is an empty config.
+    /// Reads and parses `path`: a regular file of at most [`MAX_CONFIG_FILE`] bytes (a FIFO
+    /// or device there is refused at once, never read). An empty file (or only comments)
+    /// is an empty config.
     pub fn read(path: &Path) -> Result<FileConfig, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::ReadFile {
-            path: path.to_owned(),
-            source,
-        })?;
+        let text =
+            read_text_bounded(path, MAX_CONFIG_FILE).map_err(|source| ConfigError::ReadFile {
+                path: path.to_owned(),
+                source,
+            })?;
         FileConfig::parse(path, &text)
     }
 

@@ -11,7 +11,7 @@ use base64::Engine as _;
 use kube_client::config::{Cluster, Context, Kubeconfig};
 use sha2::{Digest as _, Sha256};
 
-use crate::pki::files::FilesError;
+use crate::pki::files::{read_bounded, read_text_bounded, FilesError, Refusal};
 use crate::pki::parse_cert_chain;
 
 /// Names the kubelet writes into its kubeconfig.
@@ -33,22 +33,29 @@ pub enum KubeconfigError {
     Parse { path: PathBuf, detail: String },
     #[error("{}: no current-context and {count} contexts to choose from", .path.display())]
     NoCurrentContext { path: PathBuf, count: usize },
-    #[error("{}: context {name:?} not found", .path.display())]
+    #[error("{}: context {} not found", .path.display(), Shown(.name))]
     ContextNotFound { path: PathBuf, name: String },
-    #[error("{}: cluster {name:?} not found", .path.display())]
+    #[error("{}: cluster {} not found", .path.display(), Shown(.name))]
     ClusterNotFound { path: PathBuf, name: String },
-    #[error("{}: user {name:?} not found", .path.display())]
+    #[error("{}: user {} not found", .path.display(), Shown(.name))]
     UserNotFound { path: PathBuf, name: String },
-    #[error("{}: cluster {cluster:?} has no server", .path.display())]
+    #[error("{}: cluster {} has no server", .path.display(), Shown(.cluster))]
     NoServer { path: PathBuf, cluster: String },
-    #[error("{}: server {server:?} is not an https:// URL", .path.display())]
+    #[error("{}: server {} is not an https:// URL", .path.display(), Shown(.server))]
     NotHttps { path: PathBuf, server: String },
-    #[error("{}: cluster {cluster:?} has neither certificate-authority nor certificate-authority-data", .path.display())]
+    #[error("{}: cluster {} has neither certificate-authority nor certificate-authority-data", .path.display(), Shown(.cluster))]
     NoCa { path: PathBuf, cluster: String },
-    #[error("{}: cluster {cluster:?} sets insecure-skip-tls-verify, which bootlet refuses", .path.display())]
+    #[error("{}: cluster {} sets insecure-skip-tls-verify, which bootlet refuses", .path.display(), Shown(.cluster))]
     InsecureRefused { path: PathBuf, cluster: String },
     #[error("{}: {field} is not valid base64", .path.display())]
     BadBase64 { path: PathBuf, field: &'static str },
+    /// Inline `FIELD-data` decoding to more than `limit` bytes.
+    #[error("{}: {field} {}", .path.display(), Refusal::TooLarge { limit: *.limit })]
+    DataTooLarge {
+        path: PathBuf,
+        field: &'static str,
+        limit: u64,
+    },
     #[error("{}: {what} holds no PEM certificate", .path.display())]
     NoCertificate { path: PathBuf, what: String },
     #[error("{}: {what} holds no PEM private key", .path.display())]
@@ -60,14 +67,14 @@ pub enum KubeconfigError {
         file: PathBuf,
         source: std::io::Error,
     },
-    #[error("{}: user {user:?} has {present} but not {missing}", .path.display())]
+    #[error("{}: user {} has {present} but not {missing}", .path.display(), Shown(.user))]
     IncompleteClientCert {
         path: PathBuf,
         user: String,
         present: &'static str,
         missing: &'static str,
     },
-    #[error("{}: user {user:?} has an empty token", .path.display())]
+    #[error("{}: user {} has an empty token", .path.display(), Shown(.user))]
     EmptyToken { path: PathBuf, user: String },
     /// A key bootlet cannot honour; `key` is its path in the file, e.g.
     /// `users[0].user.exec`.
@@ -146,19 +153,42 @@ impl fmt::Debug for PemSummary<'_> {
     }
 }
 
+/// The largest kubeconfig read: a few KiB in practice, more only with a large inline CA
+/// bundle (itself capped at [`MAX_REFERENCED_FILE`]).
+pub const MAX_KUBECONFIG_FILE: u64 = 4 << 20;
+/// The largest file a kubeconfig names (CA bundle, token file, client certificate or key),
+/// and the largest CA bundle inline: the kubelet kubeconfig bootlet writes embeds the CA
+/// base64-encoded, and must itself stay under [`MAX_KUBECONFIG_FILE`].
+pub const MAX_REFERENCED_FILE: u64 = 1 << 20;
+
 /// Reads the kubeconfig at `path`: the current context (or the only one), its cluster's
 /// server and CA, and its user's credential. Relative file references resolve against
 /// the kubeconfig's directory. insecure-skip-tls-verify is refused unless `allow_insecure`.
+/// The file and every file it names must be regular files under their caps
+/// ([`MAX_KUBECONFIG_FILE`], [`MAX_REFERENCED_FILE`]): a FIFO is refused, never waited on.
 pub fn read(path: &Path, allow_insecure: bool) -> Result<ClusterAccess, KubeconfigError> {
+    let text =
+        read_text_bounded(path, MAX_KUBECONFIG_FILE).map_err(|source| match source.kind() {
+            std::io::ErrorKind::NotFound => KubeconfigError::Missing {
+                path: path.to_path_buf(),
+            },
+            _ => KubeconfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            },
+        })?;
+    parse(path, &text, allow_insecure)
+}
+
+/// [`read`] on text already in memory; `path` names the file in errors and anchors its
+/// relative file references (which are still read from disk).
+pub fn parse(
+    path: &Path,
+    text: &str,
+    allow_insecure: bool,
+) -> Result<ClusterAccess, KubeconfigError> {
     let r = Reader { path };
-    let text = std::fs::read_to_string(path).map_err(|source| match source.kind() {
-        std::io::ErrorKind::NotFound => KubeconfigError::Missing { path: r.p() },
-        _ => KubeconfigError::Read {
-            path: r.p(),
-            source,
-        },
-    })?;
-    let kc = Kubeconfig::from_yaml(&text).map_err(|e| {
+    let kc = Kubeconfig::from_yaml(text).map_err(|e| {
         let (path, detail) = (r.p(), one_line(&e));
         KubeconfigError::Parse { path, detail }
     })?;
@@ -284,6 +314,19 @@ impl Reader<'_> {
             Some(server) if !server.starts_with("https://") => {
                 return Err(KubeconfigError::NotHttps { path, server })
             }
+            // What a URL parser trims around it is fine; inside, it means a quote left open.
+            Some(server)
+                if server
+                    .trim()
+                    .chars()
+                    .any(|c| c.is_whitespace() || c.is_control()) =>
+            {
+                return Err(KubeconfigError::Invalid {
+                    path,
+                    key: format!("clusters[{index}].cluster.server"),
+                    reason: format!("{} is not a URL", Shown(&server)),
+                })
+            }
             Some(server) => server,
         };
         let key = |field: &str| format!("clusters[{index}].cluster.{field}");
@@ -293,7 +336,7 @@ impl Reader<'_> {
                 return Err(KubeconfigError::Invalid {
                     path,
                     key: key("tls-server-name"),
-                    reason: format!("{name:?} is neither a DNS name nor an IP address"),
+                    reason: format!("{} is neither a DNS name nor an IP address", Shown(name)),
                 });
             }
         }
@@ -334,6 +377,13 @@ impl Reader<'_> {
                 let (path, field) = (self.p(), data_field);
                 KubeconfigError::BadBase64 { path, field }
             })?;
+            if bytes.len() as u64 > MAX_REFERENCED_FILE {
+                return Err(KubeconfigError::DataTooLarge {
+                    path: self.p(),
+                    field: data_field,
+                    limit: MAX_REFERENCED_FILE,
+                });
+            }
             return Ok(Some((data_field.to_string(), bytes)));
         }
         let Some(file) = non_empty(file) else {
@@ -354,7 +404,7 @@ impl Reader<'_> {
     }
 
     fn read_file(&self, field: &'static str, file: &Path) -> Result<Vec<u8>, KubeconfigError> {
-        std::fs::read(file).map_err(|source| {
+        read_bounded(file, MAX_REFERENCED_FILE).map_err(|source| {
             let (path, file) = (self.p(), file.to_path_buf());
             KubeconfigError::ReadReferenced {
                 path,
@@ -372,10 +422,12 @@ fn non_empty(s: &Option<String>) -> Option<&str> {
 
 mod kubelet;
 mod server;
+mod shown;
 mod user;
 
 pub use kubelet::{render_kubelet, write_kubelet};
 pub use server::{ProxyUrl, ProxyUrlError, Server, ToServer};
+pub use shown::{Shown, SHOWN_MAX};
 pub use user::{BootstrapToken, Credential};
 
 #[cfg(test)]

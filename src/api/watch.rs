@@ -6,13 +6,13 @@ use std::marker::PhantomData;
 use std::pin::Pin;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures_util::{Stream, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::WatchEvent;
 use reqwest::Method;
 use serde::de::DeserializeOwned;
 
-use super::{ApiClient, Error};
+use super::{ApiClient, Error, Identity};
 
 type Body = Pin<Box<dyn Stream<Item = reqwest::Result<Bytes>> + Send>>;
 
@@ -66,7 +66,7 @@ impl<T: DeserializeOwned> EventStream<T> {
                 return Err(Error::TooLarge {
                     method: Method::GET,
                     path: self.path.clone(),
-                    limit: self.lines.limit,
+                    limit: self.lines.limit(),
                 });
             }
             match tokio::time::timeout(self.idle, self.body.next()).await {
@@ -94,33 +94,45 @@ impl<T: DeserializeOwned> EventStream<T> {
     }
 
     fn decode(&self, line: &[u8]) -> Result<WatchEvent<T>, Error> {
-        let event: WatchEvent<T> =
-            serde_json::from_slice(line).map_err(|source| Error::Decode {
-                method: Method::GET,
-                path: self.path.clone(),
-                source,
-            })?;
-        match event {
-            WatchEvent::ErrorStatus(status) => Err(Error::Api {
-                method: Method::GET,
-                path: self.path.clone(),
-                code: status
-                    .code
-                    .and_then(|c| u16::try_from(c).ok())
-                    .unwrap_or(500),
-                identity: self.client.identity().clone(),
-                status: Box::new(status),
-                retry_after: None,
-            }),
-            other => Ok(other),
-        }
+        decode_line(line, &self.path, self.client.identity())
     }
 }
 
-/// The bytes of a watch stream cut into lines: each byte is scanned for a newline once, and
-/// a line that grows past `limit` (the client's body cap) is an error, not unbounded memory.
-struct LineBuf {
-    buf: Vec<u8>,
+/// One line of a watch stream on `path` as an event (pure). An `ERROR` event becomes the
+/// same typed `Error::Api` a failed request as `identity` gives (410 → relist); a line
+/// that is not a `WatchEvent<T>` is `Error::Decode`.
+pub fn decode_line<T: DeserializeOwned>(
+    line: &[u8],
+    path: &str,
+    identity: &Identity,
+) -> Result<WatchEvent<T>, Error> {
+    let event: WatchEvent<T> = serde_json::from_slice(line).map_err(|source| Error::Decode {
+        method: Method::GET,
+        path: path.to_string(),
+        source,
+    })?;
+    match event {
+        WatchEvent::ErrorStatus(status) => Err(Error::Api {
+            method: Method::GET,
+            path: path.to_string(),
+            code: status
+                .code
+                .and_then(|c| u16::try_from(c).ok())
+                .unwrap_or(500),
+            identity: identity.clone(),
+            status: Box::new(status),
+            retry_after: None,
+        }),
+        other => Ok(other),
+    }
+}
+
+/// The bytes of a watch stream cut into lines: each byte is scanned for a newline once, a
+/// line is split off the front without moving the rest (many short lines in one chunk cost
+/// linear time, not quadratic), and a line that grows past `limit` (the client's body cap)
+/// is an error, not unbounded memory.
+pub struct LineBuf {
+    buf: BytesMut,
     /// How much of `buf` is known to hold no newline.
     scanned: usize,
     limit: usize,
@@ -129,25 +141,27 @@ struct LineBuf {
 // === impl LineBuf ===
 
 impl LineBuf {
-    fn new(limit: usize) -> Self {
+    /// An empty buffer for lines of at most `limit` bytes.
+    pub fn new(limit: usize) -> Self {
         Self {
-            buf: Vec::new(),
+            buf: BytesMut::new(),
             scanned: 0,
             limit,
         }
     }
 
-    fn push(&mut self, chunk: &[u8]) {
+    /// Appends a chunk as read from the stream.
+    pub fn push(&mut self, chunk: &[u8]) {
         self.buf.extend_from_slice(chunk);
     }
 
     /// The first complete line (with its newline), if one is buffered.
-    fn take_line(&mut self) -> Option<Vec<u8>> {
+    pub fn take_line(&mut self) -> Option<Bytes> {
         match self.buf[self.scanned..].iter().position(|b| *b == b'\n') {
             Some(pos) => {
                 let end = self.scanned + pos;
                 self.scanned = 0;
-                Some(self.buf.drain(..=end).collect())
+                Some(self.buf.split_to(end + 1).freeze())
             }
             None => {
                 self.scanned = self.buf.len();
@@ -157,8 +171,13 @@ impl LineBuf {
     }
 
     /// An unfinished line is longer than the cap: stop reading this stream.
-    fn overflowed(&self) -> bool {
+    pub fn overflowed(&self) -> bool {
         self.buf.len() > self.limit
+    }
+
+    /// The cap given to [`LineBuf::new`].
+    pub fn limit(&self) -> usize {
+        self.limit
     }
 }
 
@@ -184,6 +203,28 @@ mod tests {
         assert_eq!(lines.take_line().as_deref(), Some(&b"\n"[..]));
         assert_eq!(lines.take_line(), None);
         assert!(!lines.overflowed());
+    }
+
+    /// Regression: each line was drained off the front of a `Vec`, moving everything after
+    /// it, so a chunk of N short lines cost O(N²) byte moves: a server sending a mebibyte of
+    /// blank lines held a core for about a minute. Now each line is split off in O(1).
+    #[test]
+    fn a_chunk_of_many_short_lines_takes_linear_time() {
+        let n = 1 << 20;
+        let mut lines = LineBuf::new(4 << 20);
+        lines.push(&vec![b'\n'; n]);
+        let start = tokio::time::Instant::now();
+        let mut taken = 0;
+        while let Some(line) = lines.take_line() {
+            assert_eq!(&line[..], b"\n");
+            taken += 1;
+        }
+        let took = start.elapsed();
+        assert_eq!(taken, n);
+        assert!(
+            took < Duration::from_secs(10),
+            "{n} one-byte lines took {took:?}"
+        );
     }
 
     #[test]

@@ -688,3 +688,33 @@ fn durations_at_their_caps_overflow_nothing() {
         );
     }
 }
+
+/// Regression: the file was read whole (a 2 MiB or endless file into memory), and a FIFO
+/// there blocked `bootlet run` forever.
+#[test]
+fn a_config_file_over_the_cap_or_not_a_file_is_refused_naming_it() {
+    use crate::runtime::report;
+    let dir = tempfile::tempdir().unwrap();
+    let big = dir.path().join("big.yaml");
+    std::fs::write(&big, "#".repeat((MAX_CONFIG_FILE + 1) as usize)).unwrap();
+    let e = report(&FileConfig::read(&big).unwrap_err());
+    assert_eq!(
+        e,
+        format!(
+            "{}: cannot read config file: is larger than the 1 MiB cap",
+            big.display()
+        )
+    );
+    let at_cap = dir.path().join("at-cap.yaml");
+    std::fs::write(&at_cap, "#".repeat(MAX_CONFIG_FILE as usize)).unwrap();
+    assert_eq!(FileConfig::read(&at_cap).unwrap(), FileConfig::default());
+
+    let fifo = dir.path().join("fifo.yaml");
+    let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+    assert!(made.unwrap().success());
+    let e = report(&FileConfig::read(&fifo).unwrap_err());
+    assert!(
+        e.ends_with("cannot read config file: is a FIFO, not a regular file"),
+        "{e}"
+    );
+}

@@ -225,15 +225,21 @@ impl Issuer {
                 return Err(e.into());
             }
         };
-        let info =
-            match verify::verify_issued(&chain_pem, &key, profile, req.ca_pem, SystemTime::now()) {
-                Ok(info) => info,
-                Err(source) => {
-                    // The same key would adopt the same bad CSR again: start over.
-                    dir.remove_pending_key()?;
-                    return Err(IssueError::Refused { csr: name, source });
-                }
-            };
+        // Install what was verified, re-encoded, not the server's text around it.
+        let verified =
+            verify::verify_issued(&chain_pem, &key, profile, req.ca_pem, SystemTime::now())
+                .and_then(|info| {
+                    let chain = crate::pki::canonical_chain_pem(&chain_pem);
+                    Ok((info, chain.map_err(VerifyError::Malformed)?))
+                });
+        let (info, chain_pem) = match verified {
+            Ok(verified) => verified,
+            Err(source) => {
+                // The same key would adopt the same bad CSR again: start over.
+                dir.remove_pending_key()?;
+                return Err(IssueError::Refused { csr: name, source });
+            }
+        };
         let key_pem = key.to_pem();
         let file = dir.install(&chain_pem, &key_pem, SystemTime::now())?;
         if let Publish::Kubeconfig {

@@ -13,11 +13,13 @@ use atomic::{create_temp, is_temp_name, remove_temps, sync_dir, temp_name, write
 pub use atomic::{sweep_temps_of, sweep_temps_of_in, write_atomic, write_atomic_in};
 pub use crash::CrashPlan;
 pub use fs::{Fs, Kind, Meta, RealFs};
+pub use read::{read_bounded, read_text_bounded, refusal, Refusal};
 
 mod atomic;
 pub mod crash;
 mod fs;
 mod prune;
+mod read;
 #[cfg(test)]
 pub(crate) mod sim;
 
@@ -32,6 +34,9 @@ const SUFFIX: &str = ".pem";
 pub const DIR_MODE: u32 = 0o700;
 /// Mode of every key-bearing file.
 pub const FILE_MODE: u32 = 0o600;
+/// The most read from one cert dir file: an installed chain came in an API response under
+/// the client's 4 MiB body cap, so no file bootlet wrote is larger.
+pub const MAX_FILE_SIZE: u64 = 4 << 20;
 
 /// A failed file operation, naming the path.
 #[derive(Debug, thiserror::Error)]
@@ -224,7 +229,8 @@ impl<F: Fs> CertDir<F> {
 
     /// The chain and key the current symlink (or a regular file put there by an admin)
     /// names; `None` if there is none (or the symlink dangles). A file without a
-    /// certificate or key is an error naming it.
+    /// certificate or key, or anything but a regular file of at most [`MAX_FILE_SIZE`]
+    /// (a FIFO there is refused at once, never waited on), is an error naming it.
     pub fn read_current(&self) -> Result<Option<(String, PrivateKeyPem)>, FilesError> {
         let path = self.current_path();
         let text = match self.fs.read_to_string(&path) {
@@ -337,12 +343,18 @@ impl<F: Fs> CertDir<F> {
 
     /// The pending key of a CSR not yet issued, if one was stored. A pending key that is
     /// the installed certificate's key (a kill between installing the certificate and
-    /// removing its pending key) is removed, never certified again: `None`.
+    /// removing its pending key) is removed, never certified again: `None`. So is anything
+    /// at the path that bootlet cannot have written (a FIFO, a device, a file over
+    /// [`MAX_FILE_SIZE`]): never read, and replaced by the next stored key.
     pub fn load_pending_key(&self) -> Result<Option<PrivateKeyPem>, FilesError> {
         let path = self.pending_key_path();
         let pending = match self.fs.read_to_string(&path) {
             Ok(text) => PrivateKeyPem::new(text),
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if refusal(&e).is_some() => {
+                tracing::warn!(path = %path.display(), error = %e, "ignoring the pending key path: bootlet never wrote what is there; a new key replaces it");
+                return Ok(None);
+            }
             Err(source) => return Err(FilesError::Read { path, source }),
         };
         if self.is_current_key(&pending) {

@@ -4,9 +4,12 @@
 
 pub mod files;
 pub mod profile;
+mod strict;
 pub mod verify;
 
 pub use profile::{CertProfile, Purpose, Sans};
+pub use strict::canonical_chain_pem;
+use strict::unsigned_part_problem;
 
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -52,6 +55,15 @@ pub enum PkiError {
         #[source]
         source: x509_parser::nom::Err<x509_parser::error::X509Error>,
     },
+    /// What Go's `x509.ParseCertificate` (the kubelet, the API server) refuses as
+    /// "trailing data": a file with it would be installed and then fail to load.
+    #[error("certificate {index} in the chain has {extra} bytes after its end")]
+    TrailingData { index: usize, extra: usize },
+    /// The parts a certificate's signature does not cover, read as Go reads them (RFC 5280
+    /// 4.1.1.2-3): x509-parser reads them leniently, so a certificate it accepts there may
+    /// be one the kubelet cannot load. `what` says which part.
+    #[error("certificate {index} in the chain is malformed outside its signed part: {what}")]
+    OutsideSignature { index: usize, what: &'static str },
 }
 
 /// A private key in PEM. Debug is redacted and there is no Display: use `as_str` only to
@@ -270,7 +282,8 @@ pub fn csr_matches_key(csr_pem_or_der: &[u8], key: &NodeKey, profile: &CertProfi
     } else {
         csr_pem_or_der.to_vec()
     };
-    let Ok((_, csr)) = X509CertificationRequest::from_der(&der) else {
+    // Bytes after the request are refused, as Go's parser (the API server's) does.
+    let Ok(([], csr)) = X509CertificationRequest::from_der(&der) else {
         return false;
     };
     let info = &csr.certification_request_info;
@@ -398,7 +411,8 @@ impl fmt::Debug for CertInfo {
 }
 
 /// Every CERTIFICATE block of `pem`, in order, with its DER. Other blocks (a private key
-/// in a kubelet-client-*.pem) are skipped. Errors if there is none or one does not parse.
+/// in a kubelet-client-*.pem) are skipped. Errors if there is none, or one does not parse
+/// or has bytes after the certificate (as Go's parser, which the kubelet uses, would).
 pub fn parse_cert_chain(pem: &str) -> Result<Vec<(CertInfo, Vec<u8>)>, PkiError> {
     let mut out = Vec::new();
     for (index, block) in Pem::iter_from_buffer(pem.as_bytes()).enumerate() {
@@ -406,8 +420,15 @@ pub fn parse_cert_chain(pem: &str) -> Result<Vec<(CertInfo, Vec<u8>)>, PkiError>
         if block.label != "CERTIFICATE" {
             continue;
         }
-        let (_, cert) = X509Certificate::from_der(&block.contents)
+        let (rest, cert) = X509Certificate::from_der(&block.contents)
             .map_err(|source| PkiError::CertParse { index, source })?;
+        if !rest.is_empty() {
+            let extra = rest.len();
+            return Err(PkiError::TrailingData { index, extra });
+        }
+        if let Some(what) = unsigned_part_problem(&block.contents) {
+            return Err(PkiError::OutsideSignature { index, what });
+        }
         let info = CertInfo::from_x509(&cert);
         out.push((info, block.contents));
     }
@@ -418,7 +439,8 @@ pub fn parse_cert_chain(pem: &str) -> Result<Vec<(CertInfo, Vec<u8>)>, PkiError>
 }
 
 /// Splits a kubelet-client-*.pem (chain then key) into the CERTIFICATE blocks, joined
-/// with newlines, and the first `*PRIVATE KEY` block. Other blocks are dropped.
+/// with newlines, and the first `*PRIVATE KEY` block. Other blocks, and a `-----BEGIN`
+/// without its `-----END`, are dropped.
 pub fn split_pem(pem: &str) -> (String, Option<PrivateKeyPem>) {
     let mut certs = String::new();
     let mut key = None;
@@ -431,7 +453,10 @@ pub fn split_pem(pem: &str) -> (String, Option<PrivateKeyPem>) {
         let label = &after[..label_end];
         let end_marker = format!("-----END {label}-----");
         let Some(end) = rest[start..].find(&end_marker) else {
-            break;
+            // A block that never ends is skipped, not the end of the file: the blocks
+            // after it still count (as Go's pem.Decode, the kubelet's reader, does).
+            rest = after;
+            continue;
         };
         let block_end = start + end + end_marker.len();
         let block = &rest[start..block_end];

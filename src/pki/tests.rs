@@ -158,6 +158,18 @@ fn csr_matches_only_our_key_and_node() {
     ));
 }
 
+/// Found by tests/fuzz.rs: a request with bytes after it matched (the rest was ignored);
+/// the API server's Go parser refuses one, so such an object is never ours to adopt.
+#[test]
+fn a_csr_with_bytes_after_it_does_not_match() {
+    let key = NodeKey::generate().unwrap();
+    let profile = CertProfile::client("worker-1");
+    let mut der = csr_der(&csr_pem(&key, &profile).unwrap());
+    assert!(csr_matches_key(&der, &key, &profile));
+    der.push(0);
+    assert!(!csr_matches_key(&der, &key, &profile));
+}
+
 /// STYLE rule 19: an independent implementation accepts our request.
 #[test]
 fn openssl_verifies_our_csr() {
@@ -200,6 +212,21 @@ fn split_pem_separates_chain_and_key() {
     assert!(k.is_none());
     let ec = "-----BEGIN EC PRIVATE KEY-----\nCCCC\n-----END EC PRIVATE KEY-----\n";
     assert_eq!(split_pem(ec).1.unwrap().as_str(), ec);
+}
+
+/// Found by tests/fuzz.rs: a `-----BEGIN` without its `-----END` (here mid-line, where
+/// x509-parser does not see it) stopped the scan, so a key after it was never found.
+#[test]
+fn split_pem_skips_a_block_that_never_ends() {
+    let key = fixed_key().to_pem();
+    let cert = "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n";
+    let text = format!(
+        "{cert}see -----BEGIN SIGNATURE----- below\n{}",
+        key.as_str()
+    );
+    let (certs, k) = split_pem(&text);
+    assert_eq!(certs, cert);
+    assert_eq!(k.unwrap(), key);
 }
 
 #[test]

@@ -465,8 +465,9 @@ fn proxy_url_and_tls_server_name_errors_name_the_key() {
     assert_eq!(
         with("    tls-server-name: 'not a name'"),
         format!(
-            "{kc}: clusters[0].cluster.tls-server-name \"not a name\" is neither a DNS name \
-             nor an IP address"
+            "{kc}: clusters[0].cluster.tls-server-name (a value of 10 characters with \
+             whitespace or line breaks: a quote left open?) is neither a DNS name nor an IP \
+             address"
         )
     );
 }
@@ -567,4 +568,95 @@ fn debug_shows_sizes_and_fingerprints_not_bodies() {
     let summary = format!("PEM({} bytes, 1 certs, sha256:{fingerprint}…)", f.ca.len());
     assert_eq!(debug.matches(&summary).count(), 2, "{debug}");
     assert!(debug.contains("PrivateKeyPem(<redacted>)"), "{debug}");
+}
+
+/// Regression: a kubeconfig, or a file it names, was read whole whatever its size, and a
+/// FIFO at either path blocked the agent forever.
+#[test]
+fn oversized_or_special_files_are_refused_naming_the_field_and_cap() {
+    let f = Fixture::new();
+    let token_file = |name: &str| format!("    tokenFile: {name}");
+    std::fs::write(
+        f.path("big-token"),
+        vec![b'a'; (MAX_REFERENCED_FILE + 1) as usize],
+    )
+    .unwrap();
+    let e = f.err(&f.good_cluster(), &token_file("big-token"));
+    assert!(e.contains("cannot read tokenFile file"), "{e}");
+    let p = f.bootstrap(&f.good_cluster(), &token_file("big-token"));
+    let e = crate::runtime::report(&read(&p, false).unwrap_err());
+    assert!(
+        e.ends_with("big-token: is larger than the 1 MiB cap"),
+        "{e}"
+    );
+
+    let made = std::process::Command::new("mkfifo")
+        .arg(f.path("fifo"))
+        .status();
+    assert!(made.unwrap().success());
+    let p = f.bootstrap(&f.good_cluster(), &token_file("fifo"));
+    let e = crate::runtime::report(&read(&p, false).unwrap_err());
+    assert!(e.ends_with("fifo: is a FIFO, not a regular file"), "{e}");
+    let e = crate::runtime::report(&read(&f.path("fifo"), false).unwrap_err());
+    assert!(
+        e.ends_with("fifo: cannot read: is a FIFO, not a regular file"),
+        "{e}"
+    );
+
+    // Inline data is held to the same cap once decoded.
+    let big_ca = STANDARD.encode(vec![b'a'; (MAX_REFERENCED_FILE + 1) as usize]);
+    let cluster =
+        format!("    server: https://10.0.0.1:6443\n    certificate-authority-data: {big_ca}");
+    let e = f.err(&cluster, &format!("    token: {TOKEN}"));
+    assert!(
+        e.ends_with("certificate-authority-data is larger than the 1 MiB cap"),
+        "{e}"
+    );
+    // And the kubeconfig itself to its own.
+    let huge = f.path("huge.yaml");
+    std::fs::write(&huge, vec![b'#'; (MAX_KUBECONFIG_FILE + 1) as usize]).unwrap();
+    let e = crate::runtime::report(&read(&huge, false).unwrap_err());
+    assert!(
+        e.ends_with("cannot read: is larger than the 4 MiB cap"),
+        "{e}"
+    );
+}
+
+/// Found by tests/fuzz.rs: a quote left open in `server:` swallowed the lines after it, a
+/// token among them; the value was accepted (it starts with https://) and shown whole in
+/// later errors and Debug, or in "is not an https:// URL". A value with a line break is
+/// now refused, and described instead of shown.
+#[test]
+fn a_server_that_swallowed_other_lines_is_refused_without_showing_them() {
+    let f = Fixture::new();
+    let secret = "0123456789abcdef";
+    for server in [
+        format!("    server: \"https://10.0.0.1:6443\n      token: abcdef.{secret}\""),
+        format!("    server: \"10.0.0.1:6443\n      token: abcdef.{secret}\""),
+    ] {
+        let cluster = format!("    certificate-authority-data: {}\n{server}", f.ca_data());
+        let p = f.bootstrap(&cluster, &format!("    token: {TOKEN}"));
+        let e = crate::runtime::report(&read(&p, false).unwrap_err());
+        assert!(!e.contains(secret), "{e}");
+        assert!(
+            e.contains("with whitespace or line breaks: a quote left open?"),
+            "{e}"
+        );
+    }
+    // An ordinary value is still shown, quoted.
+    let e = f.err(
+        &format!(
+            "    server: http://10.0.0.1\n    certificate-authority-data: {}",
+            f.ca_data()
+        ),
+        &format!("    token: {TOKEN}"),
+    );
+    assert!(
+        e.ends_with("server \"http://10.0.0.1\" is not an https:// URL"),
+        "{e}"
+    );
+    assert_eq!(
+        Shown(&"x".repeat(SHOWN_MAX + 1)).to_string(),
+        "(a value of 257 characters)"
+    );
 }

@@ -8,7 +8,7 @@ use super::CsrObs;
 use crate::api::{self, ApiClient};
 use crate::config::Settings;
 use crate::identity::csr::CSR_PATH;
-use crate::pki::files::CertDir;
+use crate::pki::files::{self, CertDir};
 use crate::pki::{self, CertProfile, NodeKey, PrivateKeyPem};
 
 /// The CSR named by the pending key (the daemon's own name for it), else the newest
@@ -60,7 +60,8 @@ fn request_cn(pem_or_der: &[u8]) -> String {
 
 /// The daemon's name for the CSR of the pending key, if one is waiting.
 pub(super) fn pending_name(s: &Settings) -> Option<String> {
-    let pem = std::fs::read_to_string(CertDir::peek(&s.cert_dir).pending_key_path()).ok()?;
+    let path = CertDir::peek(&s.cert_dir).pending_key_path();
+    let pem = files::read_text_bounded(&path, files::MAX_FILE_SIZE).ok()?;
     let key = NodeKey::from_pem(&PrivateKeyPem::new(pem)).ok()?;
     Some(pki::csr_name(&key, &CertProfile::client(&s.node_name)))
 }

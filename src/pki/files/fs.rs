@@ -59,7 +59,8 @@ pub trait Fs: Clone + fmt::Debug + Send + Sync {
     /// chmod of a directory.
     fn set_dir_mode(&self, dir: &Path, mode: u32) -> io::Result<()>;
 
-    /// The whole file, following symlinks.
+    /// The whole file, following symlinks (the real one refuses what is not a regular
+    /// file of at most [`super::MAX_FILE_SIZE`]).
     fn read_to_string(&self, path: &Path) -> io::Result<String>;
     fn read_link(&self, path: &Path) -> io::Result<PathBuf>;
     /// The names in `dir` and whether each is a directory (not following symlinks).
@@ -136,8 +137,10 @@ impl Fs for RealFs {
         fs::set_permissions(dir, fs::Permissions::from_mode(mode))
     }
 
+    /// Bounded and never blocking: anything but a regular file of at most
+    /// [`super::MAX_FILE_SIZE`] (a FIFO, a device) is refused at once.
     fn read_to_string(&self, path: &Path) -> io::Result<String> {
-        fs::read_to_string(path)
+        super::read::read_text_bounded(path, super::MAX_FILE_SIZE)
     }
 
     fn read_link(&self, path: &Path) -> io::Result<PathBuf> {

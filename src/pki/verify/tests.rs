@@ -605,3 +605,169 @@ fn a_serving_request_carries_its_sans_and_adoption_compares_them() {
         assert!(text.contains(want), "{want} missing:\n{text}");
     }
 }
+
+/// `pem`'s first block with `extra` bytes appended to its DER.
+fn with_trailing(pem: &str, extra: &[u8]) -> String {
+    use base64::Engine as _;
+    let mut der = x509_parser::pem::Pem::iter_from_buffer(pem.as_bytes())
+        .next()
+        .unwrap()
+        .unwrap()
+        .contents;
+    der.extend_from_slice(extra);
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&der);
+    format!("-----BEGIN CERTIFICATE-----\n{b64}\n-----END CERTIFICATE-----\n")
+}
+
+/// Found by tests/fuzz.rs: a certificate block with bytes after the DER certificate was
+/// accepted (x509-parser hands the rest back and it was ignored), then installed; Go's
+/// `x509.ParseCertificate` in the kubelet and the API server refuses it ("trailing data").
+#[test]
+fn refuses_a_certificate_with_bytes_after_its_end() {
+    let s = setup();
+    let cert = s.ca.sign(&s.csr, |_| {});
+    let client = CertProfile::client(NODE);
+    for extra in [&[0u8][..], &[0xa7], &[0x30, 0x00]] {
+        let leaf = with_trailing(&cert, extra);
+        let err = verify_issued(&leaf, &s.key, &client, s.ca.pem.as_bytes(), mid()).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                VerifyError::Malformed(PkiError::TrailingData { index: 0, extra: n }) if n == extra.len()
+            ),
+            "{err:?}"
+        );
+        let ca = with_trailing(&s.ca.pem, extra);
+        let err = verify_issued(&cert, &s.key, &client, ca.as_bytes(), mid()).unwrap_err();
+        assert!(
+            matches!(err, VerifyError::MalformedCa(PkiError::TrailingData { .. })),
+            "{err:?}"
+        );
+    }
+    // Unpadded, both are fine.
+    verify_issued(&cert, &s.key, &client, s.ca.pem.as_bytes(), mid()).unwrap();
+}
+
+/// Found by tests/fuzz.rs: the outer signatureAlgorithm sits outside the signed part, and
+/// x509-parser accepted its OID under another tag (IA5String for OBJECT IDENTIFIER), so a
+/// certificate Go refuses ("malformed algorithm identifier") verified and was installed.
+#[test]
+fn refuses_an_outer_signature_algorithm_that_is_not_the_signed_one() {
+    use base64::Engine as _;
+    let s = setup();
+    let cert = s.ca.sign(&s.csr, |_| {});
+    let der = x509_parser::pem::Pem::iter_from_buffer(cert.as_bytes())
+        .next()
+        .unwrap()
+        .unwrap()
+        .contents;
+    // The outer AlgorithmIdentifier is the last one: ecdsa-with-SHA256's OID TLV.
+    let oid = [0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02];
+    let at = der.windows(oid.len()).rposition(|w| w == oid).unwrap();
+    let mut mutated = der.clone();
+    mutated[at] = 0x16; // IA5String
+    let pem = format!(
+        "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+        base64::engine::general_purpose::STANDARD.encode(&mutated)
+    );
+    let err = verify_issued(
+        &pem,
+        &s.key,
+        &CertProfile::client(NODE),
+        s.ca.pem.as_bytes(),
+        mid(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            VerifyError::Malformed(PkiError::OutsideSignature {
+                index: 0,
+                what: "the signature algorithm is not the signed one"
+            })
+        ),
+        "{err:?}"
+    );
+}
+
+/// Found by bench/fuzz.sh: the signature BIT STRING under a context tag ([3], 0x83) was
+/// accepted too; Go refuses it. So was one claiming unused bits: ring verifies the bytes
+/// as they are, Go shifts them first (RightAlign), and the API server would refuse the
+/// installed certificate's signature.
+#[test]
+fn refuses_a_signature_that_is_not_a_bit_string() {
+    let s = setup();
+    // A signature whose last byte is even, so that claiming one unused bit keeps the
+    // padding zero, as DER wants (the ECDSA nonce is random: a few signings suffice).
+    let mut der = Vec::new();
+    for _ in 0..64 {
+        let cert = s.ca.sign(&s.csr, |_| {});
+        der = x509_parser::pem::Pem::iter_from_buffer(cert.as_bytes())
+            .next()
+            .unwrap()
+            .unwrap()
+            .contents;
+        if der[der.len() - 1] % 2 == 0 {
+            break;
+        }
+    }
+    assert_eq!(
+        der[der.len() - 1] % 2,
+        0,
+        "an even last byte in 64 signatures"
+    );
+    // The signature is the last TLV; an ECDSA P-256 one is 70 to 72 bytes long.
+    let at = (der.len() - 80..der.len())
+        .find(|&i| der[i] == 0x03 && usize::from(der[i + 1]) + i + 2 == der.len())
+        .unwrap();
+    let mut unused_bits = der.clone();
+    unused_bits[at + 2] = 1;
+    der[at] = 0x83;
+    let pem = with_trailing(
+        &format!(
+            "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+            base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &der)
+        ),
+        &[],
+    );
+    let err = verify_issued(
+        &pem,
+        &s.key,
+        &CertProfile::client(NODE),
+        s.ca.pem.as_bytes(),
+        mid(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            VerifyError::Malformed(PkiError::OutsideSignature {
+                index: 0,
+                what: "the signature is not a BIT STRING"
+            })
+        ),
+        "{err:?}"
+    );
+    let pem = format!(
+        "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &unused_bits)
+    );
+    let err = verify_issued(
+        &pem,
+        &s.key,
+        &CertProfile::client(NODE),
+        s.ca.pem.as_bytes(),
+        mid(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            VerifyError::Malformed(PkiError::OutsideSignature {
+                index: 0,
+                what: "the signature BIT STRING has unused bits"
+            })
+        ),
+        "{err:?}"
+    );
+}
