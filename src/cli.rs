@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use clap::{builder::BoolishValueParser, ArgAction, Args, Parser, Subcommand, ValueEnum};
 
+pub mod docs;
+
 use crate::defaults;
 use crate::runtime::duration::{format_duration, parse_duration};
 use crate::runtime::telemetry::LogFormat;
@@ -20,6 +22,8 @@ pub enum Command {
     Doctor { flags: Flags, output: OutputFormat },
     /// Print the version.
     Version,
+    /// Packaging (hidden): write the man pages or the shell completions into a directory.
+    Generate { what: docs::Generated, dir: PathBuf },
 }
 
 /// doctor's report format.
@@ -193,6 +197,7 @@ where
             output: output.unwrap_or_default(),
         },
         Some(Sub::Version) => Command::Version,
+        Some(Sub::Generate { what, dir }) => Command::Generate { what, dir },
     })
 }
 
@@ -208,7 +213,7 @@ fn dflt(help: &str, default: impl std::fmt::Display) -> String {
 #[derive(Debug, Parser)]
 #[command(
     name = "bootlet",
-    version,
+    version = crate::version::LONG,
     about = "Node identity agent: TLS bootstrap, client-certificate rotation and node Lease heartbeat",
     args_conflicts_with_subcommands = true
 )]
@@ -233,6 +238,15 @@ enum Sub {
     },
     /// Print the version
     Version,
+    /// Write the man pages (`man`) or the bash, zsh and fish completions (`completions`) into
+    /// DIR, generated from this definition (packaging/deb.sh)
+    #[command(hide = true)]
+    Generate {
+        #[arg(value_enum)]
+        what: docs::Generated,
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
 }
 
 #[cfg(test)]

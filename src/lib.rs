@@ -17,3 +17,4 @@ pub mod lease;
 pub mod metrics;
 pub mod pki;
 pub mod runtime;
+pub mod version;

@@ -23,9 +23,21 @@ fn main() -> ExitCode {
     };
     match command {
         Command::Version => {
-            println!("bootlet {}", env!("CARGO_PKG_VERSION"));
+            println!("{}", bootlet::version::line());
             ExitCode::SUCCESS
         }
+        Command::Generate { what, dir } => match cli::docs::generate(what, &dir) {
+            Ok(files) => {
+                for f in files {
+                    println!("{}", f.display());
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("bootlet: generate into {}: {}", dir.display(), report(&e));
+                ExitCode::from(1)
+            }
+        },
         Command::Run(flags) => {
             let settings = match Settings::load(&flags) {
                 Ok(s) => s,

@@ -153,8 +153,13 @@ impl Metrics {
         r.register(Box::new(api_requests.clone()))
             .expect("registered once");
         let build_info = IntGauge::with_opts(
-            Opts::new("bootlet_build_info", "Always 1; the version is the label.")
-                .const_label("version", env!("CARGO_PKG_VERSION")),
+            Opts::new(
+                "bootlet_build_info",
+                "Always 1; the version, git commit and build date are the labels.",
+            )
+            .const_label("version", crate::version::VERSION)
+            .const_label("git_commit", crate::version::GIT_COMMIT)
+            .const_label("build_date", crate::version::BUILD_DATE),
         )
         .expect("valid metric");
         build_info.set(1);

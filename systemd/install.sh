@@ -69,7 +69,7 @@ fi
 unitdir="$destdir/etc/systemd/system"
 install -D -m 0755 "$bin" "$destdir$prefix/bin/bootlet"
 install -d -m 0755 "$unitdir"
-sed "s|^ExecStart=/usr/local/bin/bootlet|ExecStart=$prefix/bin/bootlet|" \
+sed "s|^ExecStart=/usr/bin/bootlet|ExecStart=$prefix/bin/bootlet|" \
   systemd/bootlet.service >"$unitdir/bootlet.service"
 chmod 0644 "$unitdir/bootlet.service"
 if $dropin; then

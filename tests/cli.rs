@@ -30,11 +30,38 @@ fn help_snapshots() {
     snapshot("run-help.txt", &out);
 }
 
+/// `bootlet version` and `--version` print the same one line: version, commit, build date.
 #[test]
-fn version_prints_the_crate_version() {
+fn version_prints_version_commit_and_build_date_on_one_line() {
     let (code, out, _) = bootlet(&["version"]);
     assert_eq!(code, Some(0));
-    assert_eq!(out.trim(), format!("bootlet {}", env!("CARGO_PKG_VERSION")));
+    assert_eq!(out.lines().count(), 1, "{out}");
+    let (code, flag, _) = bootlet(&["--version"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(flag, out, "--version and version differ");
+    // The commit is this checkout's HEAD when the test runs in a git work tree.
+    let head = std::process::Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".to_string());
+    let want = format!(
+        "bootlet {} (commit {head}, built ",
+        env!("CARGO_PKG_VERSION")
+    );
+    assert!(
+        out.starts_with(&want),
+        "{out:?} does not start with {want:?}"
+    );
+    let date = out
+        .trim()
+        .strip_prefix(&want)
+        .and_then(|d| d.strip_suffix(')'));
+    let date = date.unwrap_or_else(|| panic!("no build date in {out:?}"));
+    assert!(date.parse::<jiff::Timestamp>().is_ok(), "{date:?}");
 }
 
 #[test]
@@ -122,5 +149,47 @@ fn bad_serving_settings_are_one_line_naming_the_flag_or_key() {
     assert!(
         err.contains(&path) && err.contains("serverTLSBootstrap"),
         "{err}"
+    );
+}
+
+/// The generated bash completion, sourced by a real bash: subcommands, flags and values.
+#[test]
+fn bash_completes_subcommands_flags_and_values() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    let (code, out, err) = bootlet(&["generate", "completions", d]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains("bootlet.bash"), "{out}");
+    // COMP_WORDS as bash fills them at <TAB>; the function's arguments: command, word, previous word.
+    let complete = |words: &[&str]| {
+        let cword = words.len() - 1;
+        let script = format!(
+            "source {d}/bootlet.bash; COMP_WORDS=({}); COMP_CWORD={cword}; _bootlet bootlet '{}' '{}'; echo \"${{COMPREPLY[@]}}\"",
+            words.iter().map(|w| format!("'{w}'")).collect::<Vec<_>>().join(" "),
+            words[cword],
+            words[cword - 1],
+        );
+        let out = Command::new("bash").args(["-c", &script]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(complete(&["bootlet", "doc"]), "doctor");
+    assert_eq!(complete(&["bootlet", "doctor", "--out"]), "--output");
+    assert_eq!(
+        complete(&["bootlet", "doctor", "--output", ""]),
+        "text json"
+    );
+    assert_eq!(
+        complete(&["bootlet", "--rotate-cert"]),
+        "--rotate-certificates"
+    );
+    assert_eq!(
+        complete(&["bootlet", "--test-"]),
+        "",
+        "a hidden flag is offered"
     );
 }

@@ -196,8 +196,10 @@ async fn the_endpoints_follow_the_join_and_the_lease() {
         value(
             &text,
             &format!(
-                "bootlet_build_info{{version=\"{}\"}}",
-                env!("CARGO_PKG_VERSION")
+                "bootlet_build_info{{build_date=\"{}\",git_commit=\"{}\",version=\"{}\"}}",
+                bootlet::version::BUILD_DATE,
+                bootlet::version::GIT_COMMIT,
+                bootlet::version::VERSION
             )
         ),
         1.0

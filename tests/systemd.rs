@@ -7,6 +7,8 @@
 //! down (PID namespace killed, cgroups removed) even when an assertion fails. Without root or
 //! systemd-nspawn the e2e test fails loudly: .ci/run installs systemd-container.
 
+#[path = "systemd/package.rs"]
+mod package;
 mod support;
 
 use std::path::{Path, PathBuf};
@@ -45,10 +47,7 @@ async fn run(program: &str, args: &[&str]) -> (bool, String) {
 /// A copy of the units in a temp dir with binaries that exist here, as verify requires.
 fn verifiable_units() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    let unit = UNIT.replace(
-        "ExecStart=/usr/local/bin/bootlet",
-        &format!("ExecStart={BIN}"),
-    );
+    let unit = UNIT.replace("ExecStart=/usr/bin/bootlet", &format!("ExecStart={BIN}"));
     std::fs::write(dir.path().join("bootlet.service"), unit).unwrap();
     std::fs::write(
         dir.path().join("kubelet.service"),

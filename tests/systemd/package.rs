@@ -1,0 +1,357 @@
+//! The Debian package's whole life cycle under a real systemd, in the container
+//! tests/systemd.rs boots: `dpkg -i`, configure, start, upgrade to a bumped version, `dpkg -r`,
+//! `dpkg -P`. The packages are built by packaging/deb.sh (cargo-deb, the maintainer scripts,
+//! the conffile, the man pages and completions) around this test's build of the binary.
+//!
+//! The upgrade is the same binary in a package with a bumped version (0.1.0-1 → 0.1.0-2):
+//! what an upgrade does to the service (dpkg, the maintainer scripts, systemd) does not
+//! depend on the bytes of /usr/bin/bootlet.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use testplane::{Approval, Event, TestPlane};
+use tokio::time::Instant;
+
+use super::{
+    free_port, nix_is_root, run, wait_event, write_config, Container, BIN, CERT, KUBELET_STANDIN,
+    NODE,
+};
+
+const KUBECONFIG: &str = "/etc/kubernetes/kubelet.conf";
+const BOOTSTRAP: &str = "/etc/kubernetes/bootstrap-kubelet.conf";
+const CONFIG: &str = "/etc/bootlet/config.yaml";
+const DROPIN: &str = "/etc/systemd/system/kubelet.service.d/20-bootlet.conf";
+
+/// `bash packaging/deb.sh --bin BIN --deb-version VERSION`: the .deb's path.
+async fn build_deb(out: &Path, version: &str) -> PathBuf {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/deb.sh");
+    let out_dir = out.to_str().unwrap();
+    let (ok, text) = run(
+        "bash",
+        &[
+            script.to_str().unwrap(),
+            "--bin",
+            BIN,
+            "--deb-version",
+            version,
+            "--out",
+            out_dir,
+            "--fast",
+        ],
+    )
+    .await;
+    assert!(
+        ok,
+        "packaging/deb.sh (needs cargo-deb; .ci/run installs it):\n{text}"
+    );
+    let deb = out.join(format!("bootlet_{version}_amd64.deb"));
+    assert!(deb.exists(), "no {} after:\n{text}", deb.display());
+    deb
+}
+
+/// The node's identity as files: the client certificate, the kubeconfig, the bootstrap
+/// kubeconfig and the list of the cert dir.
+async fn identity(c: &Container) -> [Option<String>; 4] {
+    [
+        c.read(CERT).await,
+        c.read(KUBECONFIG).await,
+        c.read(BOOTSTRAP).await,
+        Some(
+            c.exec(&["ls", "-l", "--time-style=+", "/var/lib/kubelet/pki"])
+                .await
+                .1,
+        ),
+    ]
+}
+
+async fn dpkg(c: &Container, args: &[&str]) -> String {
+    let mut all = vec!["dpkg"];
+    all.extend_from_slice(args);
+    let (ok, out) = c.exec(&all).await;
+    assert!(ok, "dpkg {args:?}:\n{out}");
+    out
+}
+
+async fn exists(c: &Container, path: &str) -> bool {
+    c.exec(&["test", "-e", path]).await.0 || c.exec(&["test", "-L", path]).await.0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_debian_package_installs_upgrades_and_removes_under_systemd() {
+    let started = Instant::now();
+    assert!(
+        nix_is_root(),
+        "the systemd e2e test needs root (systemd-nspawn); run it as root, as .ci/run does"
+    );
+    let tp = TestPlane::builder()
+        .cert_ttl(Duration::from_secs(3600))
+        .approval(Approval::Auto)
+        .start()
+        .await
+        .expect("start testplane");
+    let share = tempfile::Builder::new()
+        .prefix("deb-")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    let s = share.path();
+    let (first, second) = tokio::join!(build_deb(s, "0.1.0-1"), build_deb(s, "0.1.0-2"));
+    eprintln!("packages built in {:?}", started.elapsed());
+    std::fs::write(s.join("bootstrap-kubelet.conf"), tp.bootstrap_kubeconfig()).unwrap();
+    std::fs::write(s.join("kubelet-standin.py"), KUBELET_STANDIN).unwrap();
+    let healthz = free_port();
+    write_config(
+        s,
+        "1s",
+        &format!("leaseHealthProbe: http://127.0.0.1:{healthz}/healthz\n"),
+    );
+    // Container::boot binds this over /etc/systemd/system/bootlet.service.d: empty, so the
+    // packaged unit runs exactly as shipped.
+    std::fs::create_dir_all(s.join("bootlet.service.d")).unwrap();
+    let name = format!(
+        "bd-{}-{}",
+        std::process::id(),
+        started.elapsed().subsec_nanos() % 100_000
+    );
+    let container = Container::boot(&name, s).await;
+    let c = &container;
+    let sd = s.display();
+    // A node, not an image build: the host's Docker-style policy-rc.d (exit 101) would make
+    // deb-systemd-invoke skip every service action. And a kubelet (the stand-in answers
+    // /healthz) that runs before bootlet is installed.
+    let (ok, out) = c
+        .exec(&["sh", "-c", &format!(
+            "rm -f /usr/sbin/policy-rc.d \
+             && printf '#!/bin/sh\\nexec /usr/bin/python3 {sd}/kubelet-standin.py {healthz}\\n' >/usr/bin/kubelet \
+             && chmod 755 /usr/bin/kubelet \
+             && printf '[Unit]\\nDescription=kubelet stand-in\\n[Service]\\nExecStart=/usr/bin/kubelet\\n' >/etc/systemd/system/kubelet.service \
+             && systemctl daemon-reload"
+        )])
+        .await;
+    assert!(ok, "setting up the node: {out}");
+
+    // 1. dpkg -i: enabled, not started; the kubelet unchanged; the files in place.
+    let out = dpkg(c, &["-i", first.to_str().unwrap()]).await;
+    assert!(out.contains("installed and enabled (not started)"), "{out}");
+    assert_eq!(
+        c.exec(&["systemctl", "is-enabled", "bootlet"])
+            .await
+            .1
+            .trim(),
+        "enabled"
+    );
+    assert_eq!(c.show("ActiveState").await, "inactive");
+    let (_, unit) = c.exec(&["systemctl", "cat", "bootlet"]).await;
+    // The package's unit (in /usr/lib; systemd 252 names it by its /lib alias on a
+    // merged-/usr system), with no drop-in of the test's.
+    let first = unit.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("# /") && first.ends_with("lib/systemd/system/bootlet.service"),
+        "{unit}"
+    );
+    assert!(!unit.contains("bootlet.service.d/"), "a drop-in: {unit}");
+    assert!(
+        unit.contains("ExecStart=/usr/bin/bootlet run --config /etc/bootlet/config.yaml"),
+        "{unit}"
+    );
+    let kubelet =
+        c.show_unit("kubelet", "Wants").await + &c.show_unit("kubelet", "DropInPaths").await;
+    assert!(
+        !kubelet.contains("bootlet"),
+        "installing bootlet changed the kubelet: {kubelet}"
+    );
+    let (ok, version) = c.exec(&["/usr/bin/bootlet", "version"]).await;
+    assert!(
+        ok && version.starts_with("bootlet 0.1.0 (commit "),
+        "{version}"
+    );
+    let (ok, page) = c.exec(&["man", "-w", "bootlet"]).await;
+    assert!(
+        ok && page.trim() == "/usr/share/man/man1/bootlet.1.gz",
+        "{page}"
+    );
+    for f in [
+        "/usr/share/bash-completion/completions/bootlet",
+        "/usr/share/zsh/vendor-completions/_bootlet",
+        "/usr/share/fish/vendor_completions.d/bootlet.fish",
+        "/usr/share/doc/bootlet/copyright",
+        "/usr/share/doc/bootlet/changelog.Debian.gz",
+        "/usr/share/bootlet/kubelet.service.d/20-bootlet.conf",
+    ] {
+        assert!(exists(c, f).await, "{f} missing");
+    }
+    let (ok, verify) = c.exec(&["dpkg", "--verify", "bootlet"]).await;
+    assert!(ok && verify.trim().is_empty(), "dpkg --verify: {verify}");
+
+    // 2. Configure as an operator does (the conffile edited, the bootstrap kubeconfig, the
+    // documented one-line kubelet opt-in), then start the kubelet: it pulls bootlet in.
+    let (ok, out) = c
+        .exec(&["sh", "-c", &format!(
+            "cp {sd}/bootlet.yaml {CONFIG} && mkdir -p /etc/kubernetes && cp {sd}/bootstrap-kubelet.conf {BOOTSTRAP} \
+             && mkdir -p /etc/systemd/system/kubelet.service.d \
+             && ln -sf /usr/share/bootlet/kubelet.service.d/20-bootlet.conf /etc/systemd/system/kubelet.service.d/ \
+             && systemctl daemon-reload"
+        )])
+        .await;
+    assert!(ok, "configuring: {out}");
+    let edited = c.read(CONFIG).await;
+    let mut events = tp.events();
+    c.systemctl(&["start", "kubelet"]).await;
+    assert_eq!(c.show("ActiveState").await, "active");
+    assert_eq!(c.show_unit("kubelet", "ActiveState").await, "active");
+    assert!(c
+        .read(CERT)
+        .await
+        .unwrap_or_default()
+        .contains("BEGIN CERTIFICATE"));
+    wait_event(&mut events, |e| match e {
+        Event::LeaseRenewed { name, .. } | Event::LeaseCreated { name, .. } if name == NODE => {
+            Some(())
+        }
+        _ => None,
+    })
+    .await;
+    eprintln!("installed and active after {:?}", started.elapsed());
+
+    // 3. Upgrade to the bumped version: the config edit survives, bootlet restarts once, the
+    // kubelet does not, and the certificate and the Lease go on.
+    let bootlet_pid = c.show("MainPID").await;
+    let kubelet_pid = c.show_unit("kubelet", "MainPID").await;
+    let kubelet_since = c
+        .show_unit("kubelet", "ActiveEnterTimestampMonotonic")
+        .await;
+    let before = identity(c).await;
+    let (_, cursor) = c
+        .exec(&[
+            "journalctl",
+            "-u",
+            "bootlet",
+            "-n",
+            "1",
+            "--show-cursor",
+            "-o",
+            "cat",
+        ])
+        .await;
+    let cursor = cursor
+        .lines()
+        .find_map(|l| l.strip_prefix("-- cursor: "))
+        .unwrap_or_else(|| panic!("no journal cursor in {cursor:?}"))
+        .to_string();
+    let out = dpkg(c, &["-i", second.to_str().unwrap()]).await;
+    let mut events = tp.events();
+    let (_, installed) = c
+        .exec(&["dpkg-query", "-W", "-f", "${Version}", "bootlet"])
+        .await;
+    assert_eq!(installed, "0.1.0-2", "{out}");
+    assert_eq!(c.read(CONFIG).await, edited, "the config edit was lost");
+    for stray in [".dpkg-dist", ".dpkg-new", ".dpkg-old"] {
+        assert!(
+            !exists(c, &format!("{CONFIG}{stray}")).await,
+            "{CONFIG}{stray}"
+        );
+    }
+    assert_eq!(c.show("ActiveState").await, "active");
+    assert_ne!(
+        c.show("MainPID").await,
+        bootlet_pid,
+        "bootlet was not restarted"
+    );
+    let (_, journal) = c
+        .exec(&[
+            "journalctl",
+            "-u",
+            "bootlet",
+            "--after-cursor",
+            &cursor,
+            "-o",
+            "cat",
+        ])
+        .await;
+    let count = |what: &str| journal.lines().filter(|l| l.starts_with(what)).count();
+    assert_eq!(count("Stopping bootlet.service"), 1, "{journal}");
+    assert_eq!(count("Started bootlet.service"), 1, "{journal}");
+    assert_eq!(
+        c.show_unit("kubelet", "MainPID").await,
+        kubelet_pid,
+        "the kubelet restarted"
+    );
+    assert_eq!(
+        c.show_unit("kubelet", "ActiveEnterTimestampMonotonic")
+            .await,
+        kubelet_since
+    );
+    assert_eq!(
+        identity(c).await,
+        before,
+        "the upgrade changed the identity"
+    );
+    assert_eq!(tp.csrs().len(), 1, "the upgrade filed a CSR");
+    wait_event(&mut events, |e| match e {
+        Event::LeaseRenewed { name, .. } if name == NODE => Some(()),
+        _ => None,
+    })
+    .await;
+    eprintln!("upgraded after {:?}", started.elapsed());
+
+    // 4. dpkg -r: stopped, and masked (deb-systemd-helper's remove: the unit file is gone,
+    // the enablement is kept for a reinstall); the conffile and the identity stay, the
+    // kubelet runs on.
+    let out = dpkg(c, &["-r", "bootlet"]).await;
+    assert!(
+        out.contains(&format!("{DROPIN} now points nowhere")),
+        "{out}"
+    );
+    assert_eq!(c.show("ActiveState").await, "inactive");
+    assert_eq!(
+        c.exec(&["systemctl", "is-enabled", "bootlet"])
+            .await
+            .1
+            .trim(),
+        "masked"
+    );
+    assert!(
+        !c.exec(&["systemctl", "start", "bootlet"]).await.0,
+        "started after dpkg -r"
+    );
+    assert!(!exists(c, "/usr/bin/bootlet").await);
+    assert_eq!(c.read(CONFIG).await, edited, "dpkg -r removed the conffile");
+    assert_eq!(identity(c).await, before, "dpkg -r changed the identity");
+    assert_eq!(c.show_unit("kubelet", "MainPID").await, kubelet_pid);
+
+    // 5. dpkg -P: the conffile, the mask and the enablement go; the identity stays, and the
+    // kubelet (restarted: the drop-in link now dangles) still authenticates with it.
+    let out = dpkg(c, &["-P", "bootlet"]).await;
+    assert!(out.contains("identity is kept"), "{out}");
+    for gone in [
+        "/etc/bootlet",
+        "/etc/systemd/system/bootlet.service",
+        "/etc/systemd/system/multi-user.target.wants/bootlet.service",
+    ] {
+        assert!(!exists(c, gone).await, "{gone} left after purge");
+    }
+    assert_eq!(identity(c).await, before, "dpkg -P changed the identity");
+    c.systemctl(&["daemon-reload"]).await;
+    c.systemctl(&["restart", "kubelet"]).await;
+    assert_eq!(c.show_unit("kubelet", "ActiveState").await, "active");
+    let (ok, lease) = c
+        .exec(&[
+            "kubectl",
+            "--kubeconfig",
+            KUBECONFIG,
+            "get",
+            "lease",
+            "-n",
+            "kube-node-lease",
+            NODE,
+            "-o",
+            "name",
+        ])
+        .await;
+    assert!(
+        ok && lease.trim() == format!("lease.coordination.k8s.io/{NODE}"),
+        "{lease}"
+    );
+    eprintln!("package life cycle done in {:?}", started.elapsed());
+    drop(container);
+}
