@@ -8,9 +8,8 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use support::{run, wait_event, Agent, NodeDir, WAIT};
+use support::{http, run, wait_event, Agent, NodeDir, WAIT};
 use testplane::{Approval, Event, TestPlane};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The node's flags with the metrics listener at `metrics` (instead of `off`), a 1 s Lease.
 fn args(node: &NodeDir, name: &str, metrics: &str, extra: &[&str]) -> Vec<String> {
@@ -29,35 +28,8 @@ fn args(node: &NodeDir, name: &str, metrics: &str, extra: &[&str]) -> Vec<String
     a
 }
 
-/// The address the agent says it listens on (it binds port 0 in these tests).
 async fn listening(agent: &Agent) -> SocketAddr {
-    let line = agent
-        .wait_for_log("serving /metrics, /healthz and /readyz")
-        .await;
-    let at = line.find("address=").expect("address field") + "address=".len();
-    line[at..]
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .trim_matches('"')
-        .parse()
-        .unwrap_or_else(|e| panic!("{line}: {e}"))
-}
-
-/// One HTTP/1.1 request; (status, body).
-async fn http(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(WAIT, s.read_to_end(&mut raw))
-        .await
-        .expect("an answer in time")
-        .unwrap();
-    let raw = String::from_utf8(raw).unwrap();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
-    let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    (code, body.to_string())
+    support::metrics_address(agent).await
 }
 
 async fn get(addr: SocketAddr, path: &str) -> (u16, String) {

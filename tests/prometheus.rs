@@ -13,59 +13,16 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
-use support::{Agent, NodeDir, WAIT};
+use support::{Agent, NodeDir};
 use testplane::{Signer, TestPlane};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
 const NODE: &str = "n-prom";
 /// Long enough for Prometheus to start and for the alerts' rescaled `for:` to elapse.
 const ALERT_WAIT: Duration = Duration::from_secs(90);
 
-/// One HTTP/1.1 GET on loopback; (status, body).
 async fn get(addr: SocketAddr, path_and_query: &str) -> (u16, String) {
-    let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
-        return (0, String::new());
-    };
-    let req = format!("GET {path_and_query} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut raw = Vec::new();
-    tokio::time::timeout(WAIT, s.read_to_end(&mut raw))
-        .await
-        .expect("an answer in time")
-        .unwrap();
-    let raw = String::from_utf8_lossy(&raw).into_owned();
-    let Some((head, body)) = raw.split_once("\r\n\r\n") else {
-        return (0, raw);
-    };
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    // Prometheus answers small JSON bodies; a chunked one is de-chunked here.
-    let body = if head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        dechunk(body)
-    } else {
-        body.to_string()
-    };
-    (code, body)
-}
-
-fn dechunk(mut body: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, rest)) = body.split_once("\r\n") {
-        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
-        if n == 0 {
-            break;
-        }
-        out.push_str(&rest[..n]);
-        body = &rest[n + 2..];
-    }
-    out
+    support::http(addr, "GET", path_and_query).await
 }
 
 /// The shipped rules with minutes read as seconds.
@@ -284,17 +241,7 @@ async fn a_real_prometheus_sees_the_ttl_fall_the_lease_renew_and_alerts_fire_whe
         .map(String::from),
     );
     let agent = Agent::spawn(&args);
-    let line = agent
-        .wait_for_log("serving /metrics, /healthz and /readyz")
-        .await;
-    let at = line.find("address=").unwrap() + "address=".len();
-    let target: SocketAddr = line[at..]
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .trim_matches('"')
-        .parse()
-        .unwrap();
+    let target = support::metrics_address(&agent).await;
     agent
         .wait_for_log("ready: client certificate and kubeconfig in place")
         .await;

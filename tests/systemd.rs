@@ -386,23 +386,13 @@ async fn install(c: &Container, share: &Path) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bootlet_service_under_a_real_systemd() {
-    let started = Instant::now();
-    assert!(
-        nix_is_root(),
-        "the systemd e2e test needs root (systemd-nspawn); run it as root, as .ci/run does"
-    );
-    let tp = TestPlane::builder()
-        .cert_ttl(Duration::from_secs(3600))
-        .approval(Approval::Manual)
-        .start()
-        .await
-        .expect("start testplane");
+    let Setup {
+        started,
+        share,
+        name,
+    } = setup("bt");
+    let tp = plane(Approval::Manual).await;
     let mut events = tp.events();
-    // Not under /tmp: the unit has PrivateTmp=yes.
-    let share = tempfile::Builder::new()
-        .prefix("e2e-")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-        .unwrap();
     let s = share.path();
     std::fs::write(s.join("bootstrap-kubelet.conf"), tp.bootstrap_kubeconfig()).unwrap();
     // The Lease waits for the kubelet's health, as on a real node: the deadlock READY=1 on
@@ -411,25 +401,14 @@ async fn bootlet_service_under_a_real_systemd() {
     let probe = format!("leaseHealthProbe: http://127.0.0.1:{healthz}/healthz\n");
     write_config(s, "1s", &probe);
     write_test_dropin(s);
-    let name = format!(
-        "bt-{}-{}",
-        std::process::id(),
-        started.elapsed().subsec_nanos() % 100_000
-    );
     let container = Container::boot(&name, s).await;
     let c = &container;
     eprintln!("container booted in {:?}", started.elapsed());
     install(c, s).await;
     // The kubelet drop-in, over a stand-in kubelet.service that answers /healthz only once
     // it runs: ordering, dependency, flags.
-    std::fs::write(s.join("kubelet-standin.py"), KUBELET_STANDIN).unwrap();
-    // The drop-in's ExecStart runs /usr/bin/kubelet with the kubelet's flags: in the
-    // container (a volatile overlay of the host root) that is the stand-in.
-    let standin = format!(
-        "printf '#!/bin/sh\\nexec /usr/bin/python3 {}/kubelet-standin.py {healthz}\\n' >/usr/bin/kubelet && chmod 755 /usr/bin/kubelet && printf '[Unit]\\nDescription=kubelet stand-in\\n[Service]\\nExecStart=/usr/bin/kubelet\\n' >/etc/systemd/system/kubelet.service && systemctl daemon-reload",
-        s.display()
-    );
-    assert!(c.exec(&["sh", "-c", &standin]).await.0);
+    let (ok, out) = c.exec(&["sh", "-c", &kubelet_standin(s, healthz)]).await;
+    assert!(ok, "installing the stand-in kubelet: {out}");
     let (_, kubelet) = c
         .exec(&[
             "systemctl",
@@ -684,6 +663,59 @@ async fn bootlet_service_under_a_real_systemd() {
     drop(container);
 }
 
+/// What every container test starts with: root (systemd-nspawn needs it), a share dir
+/// bound into the container (not under /tmp: the unit has PrivateTmp=yes) and a machine
+/// name unique to this run, both starting with `tag`.
+struct Setup {
+    started: Instant,
+    share: tempfile::TempDir,
+    name: String,
+}
+
+fn setup(tag: &str) -> Setup {
+    let started = Instant::now();
+    assert!(
+        nix_is_root(),
+        "the systemd e2e test needs root (systemd-nspawn); run it as root, as .ci/run does"
+    );
+    let share = tempfile::Builder::new()
+        .prefix(&format!("{tag}-"))
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    let name = format!(
+        "{tag}-{}-{}",
+        std::process::id(),
+        started.elapsed().subsec_nanos() % 100_000
+    );
+    Setup {
+        started,
+        share,
+        name,
+    }
+}
+
+/// A testplane signing hour-long certificates.
+async fn plane(approval: Approval) -> TestPlane {
+    TestPlane::builder()
+        .cert_ttl(Duration::from_secs(3600))
+        .approval(approval)
+        .start()
+        .await
+        .expect("start testplane")
+}
+
+/// Writes KUBELET_STANDIN into the share; the shell command that makes it the container's
+/// /usr/bin/kubelet (answering /healthz on `healthz`) with a kubelet.service to run it. The
+/// drop-in's ExecStart runs /usr/bin/kubelet with the kubelet's flags: in the container (a
+/// volatile overlay of the host root) that is the stand-in.
+fn kubelet_standin(share: &Path, healthz: u16) -> String {
+    std::fs::write(share.join("kubelet-standin.py"), KUBELET_STANDIN).unwrap();
+    format!(
+        "printf '#!/bin/sh\\nexec /usr/bin/python3 {}/kubelet-standin.py {healthz}\\n' >/usr/bin/kubelet && chmod 755 /usr/bin/kubelet && printf '[Unit]\\nDescription=kubelet stand-in\\n[Service]\\nExecStart=/usr/bin/kubelet\\n' >/etc/systemd/system/kubelet.service && systemctl daemon-reload",
+        share.display()
+    )
+}
+
 fn nix_is_root() -> bool {
     std::fs::read_to_string("/proc/self/status")
         .unwrap_or_default()
@@ -700,15 +732,11 @@ fn nix_is_root() -> bool {
 /// the shipped one, so this is the sandbox bootlet itself runs in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sandbox_hides_control_plane_keys_and_static_pods() {
-    let started = Instant::now();
-    assert!(
-        nix_is_root(),
-        "the systemd e2e test needs root (systemd-nspawn); run it as root, as .ci/run does"
-    );
-    let share = tempfile::Builder::new()
-        .prefix("sandbox-")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-        .unwrap();
+    let Setup {
+        started,
+        share,
+        name,
+    } = setup("bs");
     let s = share.path();
     std::fs::write(s.join("bootstrap-kubelet.conf"), "# placeholder\n").unwrap();
     write_config(s, "10s", "");
@@ -740,11 +768,6 @@ echo "probe: done"
         ),
     )
     .unwrap();
-    let name = format!(
-        "bs-{}-{}",
-        std::process::id(),
-        started.elapsed().subsec_nanos() % 100_000
-    );
     let container = Container::boot(&name, s).await;
     let c = &container;
     install(c, s).await;
@@ -804,15 +827,11 @@ echo "probe: done"
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn install_serving_points_the_kubelet_at_the_serving_pair() {
     const PAIR: &str = "/var/lib/kubelet/pki/kubelet-server-current.pem";
-    let started = Instant::now();
-    assert!(
-        nix_is_root(),
-        "the systemd e2e test needs root (systemd-nspawn); run it as root, as .ci/run does"
-    );
-    let share = tempfile::Builder::new()
-        .prefix("serving-")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-        .unwrap();
+    let Setup {
+        started,
+        share,
+        name,
+    } = setup("sv");
     let s = share.path();
     write_test_dropin(s);
     std::fs::write(
@@ -825,11 +844,6 @@ async fn install_serving_points_the_kubelet_at_the_serving_pair() {
         "[Unit]\nDescription=kubelet stand-in\n[Service]\nType=oneshot\nExecStart=/usr/bin/kubelet\n",
     )
     .unwrap();
-    let name = format!(
-        "sv-{}-{}",
-        std::process::id(),
-        started.elapsed().subsec_nanos() % 100_000
-    );
     let container = Container::boot(&name, s).await;
     let c = &container;
     let sd = s.display();

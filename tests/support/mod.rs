@@ -259,3 +259,67 @@ pub fn snapshot(name: &str, actual: &str) {
         "{name} changed; rerun with UPDATE_SNAPSHOTS=1 if intended"
     );
 }
+
+/// The address the agent says its /metrics listener is bound to (port 0 in the tests).
+pub async fn metrics_address(agent: &Agent) -> std::net::SocketAddr {
+    let line = agent
+        .wait_for_log("serving /metrics, /healthz and /readyz")
+        .await;
+    let at = line.find("address=").expect("address field") + "address=".len();
+    line[at..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .trim_matches('"')
+        .parse()
+        .unwrap_or_else(|e| panic!("{line}: {e}"))
+}
+
+/// One HTTP/1.1 request on loopback, `Connection: close`; (status, body), a chunked body
+/// de-chunked. Status 0 when nothing listens or the answer has no HTTP head.
+pub async fn http(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
+        return (0, String::new());
+    };
+    let req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut raw = Vec::new();
+    tokio::time::timeout(WAIT, s.read_to_end(&mut raw))
+        .await
+        .expect("an answer in time")
+        .unwrap();
+    let raw = String::from_utf8_lossy(&raw).into_owned();
+    let Some((head, body)) = raw.split_once("\r\n\r\n") else {
+        return (0, raw);
+    };
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    (
+        code,
+        if chunked {
+            dechunk(body)
+        } else {
+            body.to_string()
+        },
+    )
+}
+
+fn dechunk(mut body: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = body.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        body = &rest[n + 2..];
+    }
+    out
+}

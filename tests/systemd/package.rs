@@ -8,14 +8,12 @@
 //! depend on the bytes of /usr/bin/bootlet.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use testplane::{Approval, Event, TestPlane};
-use tokio::time::Instant;
+use testplane::{Approval, Event};
 
 use super::{
-    free_port, nix_is_root, run, wait_event, write_config, Container, BIN, CERT, KUBELET_STANDIN,
-    NODE,
+    free_port, kubelet_standin, plane, run, setup, wait_event, write_config, Container, Setup, BIN,
+    CERT, NODE,
 };
 
 const KUBECONFIG: &str = "/etc/kubernetes/kubelet.conf";
@@ -79,26 +77,16 @@ async fn exists(c: &Container, path: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_debian_package_installs_upgrades_and_removes_under_systemd() {
-    let started = Instant::now();
-    assert!(
-        nix_is_root(),
-        "the systemd e2e test needs root (systemd-nspawn); run it as root, as .ci/run does"
-    );
-    let tp = TestPlane::builder()
-        .cert_ttl(Duration::from_secs(3600))
-        .approval(Approval::Auto)
-        .start()
-        .await
-        .expect("start testplane");
-    let share = tempfile::Builder::new()
-        .prefix("deb-")
-        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
-        .unwrap();
+    let Setup {
+        started,
+        share,
+        name,
+    } = setup("bd");
+    let tp = plane(Approval::Auto).await;
     let s = share.path();
     let (first, second) = tokio::join!(build_deb(s, "0.1.0-1"), build_deb(s, "0.1.0-2"));
     eprintln!("packages built in {:?}", started.elapsed());
     std::fs::write(s.join("bootstrap-kubelet.conf"), tp.bootstrap_kubeconfig()).unwrap();
-    std::fs::write(s.join("kubelet-standin.py"), KUBELET_STANDIN).unwrap();
     let healthz = free_port();
     write_config(
         s,
@@ -108,26 +96,17 @@ async fn the_debian_package_installs_upgrades_and_removes_under_systemd() {
     // Container::boot binds this over /etc/systemd/system/bootlet.service.d: empty, so the
     // packaged unit runs exactly as shipped.
     std::fs::create_dir_all(s.join("bootlet.service.d")).unwrap();
-    let name = format!(
-        "bd-{}-{}",
-        std::process::id(),
-        started.elapsed().subsec_nanos() % 100_000
-    );
     let container = Container::boot(&name, s).await;
     let c = &container;
     let sd = s.display();
     // A node, not an image build: the host's Docker-style policy-rc.d (exit 101) would make
     // deb-systemd-invoke skip every service action. And a kubelet (the stand-in answers
     // /healthz) that runs before bootlet is installed.
-    let (ok, out) = c
-        .exec(&["sh", "-c", &format!(
-            "rm -f /usr/sbin/policy-rc.d \
-             && printf '#!/bin/sh\\nexec /usr/bin/python3 {sd}/kubelet-standin.py {healthz}\\n' >/usr/bin/kubelet \
-             && chmod 755 /usr/bin/kubelet \
-             && printf '[Unit]\\nDescription=kubelet stand-in\\n[Service]\\nExecStart=/usr/bin/kubelet\\n' >/etc/systemd/system/kubelet.service \
-             && systemctl daemon-reload"
-        )])
-        .await;
+    let setup_node = format!(
+        "rm -f /usr/sbin/policy-rc.d && {}",
+        kubelet_standin(s, healthz)
+    );
+    let (ok, out) = c.exec(&["sh", "-c", &setup_node]).await;
     assert!(ok, "setting up the node: {out}");
 
     // 1. dpkg -i: enabled, not started; the kubelet unchanged; the files in place.
