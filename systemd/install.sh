@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs bootlet as a systemd service: the binary, bootlet.service, the kubelet drop-in
-# and the example config (never overwriting an existing config).
+# and the example config (never overwriting an existing config), the man pages and the
+# bash/zsh/fish completions under PREFIX/share. For hosts without dpkg: the Debian package
+# (packaging/deb.sh) is the primary install path.
 #
 #   systemd/install.sh [--prefix /usr/local] [--destdir DIR] [--bin PATH] [--no-kubelet-dropin]
 #                      [--serving] [--kubelet-config FILE]
@@ -36,7 +38,7 @@ while [ $# -gt 0 ]; do
     --serving) serving=true; shift ;;
     --kubelet-config) kubelet_config=$2; shift 2 ;;
     --kubelet-config=*) kubelet_config=${1#*=}; shift ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "install.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -68,6 +70,17 @@ fi
 
 unitdir="$destdir/etc/systemd/system"
 install -D -m 0755 "$bin" "$destdir$prefix/bin/bootlet"
+# The man pages and the shell completions, written by the binary itself (as in the package).
+docs=$(mktemp -d)
+trap 'rm -rf "$docs"' EXIT
+"$bin" generate man "$docs" >/dev/null
+"$bin" generate completions "$docs" >/dev/null
+gzip -9n "$docs"/*.1
+install -d -m 0755 "$destdir$prefix/share/man/man1"
+install -m 0644 "$docs"/*.1.gz "$destdir$prefix/share/man/man1/"
+install -D -m 0644 "$docs/bootlet.bash" "$destdir$prefix/share/bash-completion/completions/bootlet"
+install -D -m 0644 "$docs/_bootlet" "$destdir$prefix/share/zsh/site-functions/_bootlet"
+install -D -m 0644 "$docs/bootlet.fish" "$destdir$prefix/share/fish/vendor_completions.d/bootlet.fish"
 install -d -m 0755 "$unitdir"
 sed "s|^ExecStart=/usr/bin/bootlet|ExecStart=$prefix/bin/bootlet|" \
   systemd/bootlet.service >"$unitdir/bootlet.service"

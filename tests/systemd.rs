@@ -382,6 +382,13 @@ async fn install(c: &Container, share: &Path) {
         ])
         .await;
     assert!(ok, "copying the config: {out}");
+    // /usr/local/share/man (Debian names it by its /usr/local/man link).
+    let (ok, page) = c.exec(&["man", "-w", "bootlet"]).await;
+    let page = page.trim();
+    assert!(
+        ok && page.starts_with("/usr/local/") && page.ends_with("man/man1/bootlet.1.gz"),
+        "install.sh's man page: {page}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

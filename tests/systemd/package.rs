@@ -109,9 +109,25 @@ async fn the_debian_package_installs_upgrades_and_removes_under_systemd() {
     let (ok, out) = c.exec(&["sh", "-c", &setup_node]).await;
     assert!(ok, "setting up the node: {out}");
 
-    // 1. dpkg -i: enabled, not started; the kubelet unchanged; the files in place.
+    // 1. dpkg -i: enabled, not started; the kubelet unchanged; the files in place. A unit
+    // left by systemd/install.sh would shadow the package's: the postinst names it.
+    let shadow = "/etc/systemd/system/bootlet.service";
+    // What install.sh writes there: the same unit, ExecStart in /usr/local.
+    let leftover = format!(
+        "sed 's|^ExecStart=/usr/bin/|ExecStart=/usr/local/bin/|' {}/systemd/bootlet.service >{shadow}",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let (ok, out) = c.exec(&["sh", "-c", &leftover]).await;
+    assert!(ok, "{out}");
     let out = dpkg(c, &["-i", first.to_str().unwrap()]).await;
     assert!(out.contains("installed and enabled (not started)"), "{out}");
+    assert!(
+        out.contains(&format!("{shadow} overrides the package's unit")),
+        "{out}"
+    );
+    let cleanup = format!("rm {shadow} && systemctl daemon-reload");
+    let (ok, out) = c.exec(&["sh", "-c", &cleanup]).await;
+    assert!(ok, "{out}");
     assert_eq!(
         c.exec(&["systemctl", "is-enabled", "bootlet"])
             .await
@@ -163,7 +179,8 @@ async fn the_debian_package_installs_upgrades_and_removes_under_systemd() {
     assert!(ok && verify.trim().is_empty(), "dpkg --verify: {verify}");
 
     // 2. Configure as an operator does (the conffile edited, the bootstrap kubeconfig, the
-    // documented one-line kubelet opt-in), then start the kubelet: it pulls bootlet in.
+    // documented one-line kubelet opt-in), start bootlet (active once the certificate is on
+    // disk), then the kubelet, whose /healthz lets the Lease be written.
     let (ok, out) = c
         .exec(&["sh", "-c", &format!(
             "cp {sd}/bootlet.yaml {CONFIG} && mkdir -p /etc/kubernetes && cp {sd}/bootstrap-kubelet.conf {BOOTSTRAP} \
@@ -175,14 +192,15 @@ async fn the_debian_package_installs_upgrades_and_removes_under_systemd() {
     assert!(ok, "configuring: {out}");
     let edited = c.read(CONFIG).await;
     let mut events = tp.events();
-    c.systemctl(&["start", "kubelet"]).await;
+    c.systemctl(&["start", "bootlet"]).await;
     assert_eq!(c.show("ActiveState").await, "active");
+    let cert = c.read(CERT).await.unwrap_or_default();
+    assert!(
+        cert.contains("BEGIN CERTIFICATE"),
+        "active without a certificate"
+    );
+    c.systemctl(&["start", "kubelet"]).await;
     assert_eq!(c.show_unit("kubelet", "ActiveState").await, "active");
-    assert!(c
-        .read(CERT)
-        .await
-        .unwrap_or_default()
-        .contains("BEGIN CERTIFICATE"));
     wait_event(&mut events, |e| match e {
         Event::LeaseRenewed { name, .. } | Event::LeaseCreated { name, .. } if name == NODE => {
             Some(())
