@@ -95,63 +95,61 @@ impl Metrics {
         let registry = Registry::new();
         let serving_registry = Registry::new();
         let gauge = |reg: &Registry, name: &str, help: &str| {
-            let g = Gauge::new(name, help).expect("valid metric name");
-            reg.register(Box::new(g.clone())).expect("registered once");
-            g
+            registered(reg, Gauge::new(name, help).expect("valid metric name"))
         };
         let counter = |reg: &Registry, name: &str, help: &str| {
-            let c = IntCounter::new(name, help).expect("valid metric name");
-            reg.register(Box::new(c.clone())).expect("registered once");
-            c
+            registered(reg, IntCounter::new(name, help).expect("valid metric name"))
         };
         let histogram = |reg: &Registry, opts: HistogramOpts| {
-            let h = Histogram::with_opts(opts).expect("valid histogram");
-            reg.register(Box::new(h.clone())).expect("registered once");
-            h
+            registered(reg, Histogram::with_opts(opts).expect("valid histogram"))
         };
         let r = &registry;
         let s = &serving_registry;
-        let rotations = IntCounterVec::new(
-            Opts::new(
-                "bootlet_rotations_total",
-                "Issuing attempts (bootstrap, rotation, serving) by certificate profile and outcome.",
-            ),
-            &["profile", "result"],
-        )
-        .expect("valid metric");
-        r.register(Box::new(rotations.clone()))
-            .expect("registered once");
-        let csr_wait = HistogramVec::new(
-            HistogramOpts::new(
-                "bootlet_csr_wait_seconds",
-                "Seconds from filing (or adopting) a CSR to its answer: issued, denied or failed.",
+        let rotations = registered(
+            r,
+            IntCounterVec::new(
+                Opts::new(
+                    "bootlet_rotations_total",
+                    "Issuing attempts (bootstrap, rotation, serving) by certificate profile and outcome.",
+                ),
+                &["profile", "result"],
             )
-            .buckets(CSR_WAIT_BUCKETS.to_vec()),
-            &["profile"],
-        )
-        .expect("valid metric");
-        r.register(Box::new(csr_wait.clone()))
-            .expect("registered once");
-        let csr_pending = IntGaugeVec::new(
-            Opts::new(
-                "bootlet_csr_pending",
-                "1 while a CSR is filed and not yet answered (it stays 1 across approval timeouts: the next attempt adopts the same CSR).",
-            ),
-            &["profile"],
-        )
-        .expect("valid metric");
-        r.register(Box::new(csr_pending.clone()))
-            .expect("registered once");
-        let api_requests = IntCounterVec::new(
-            Opts::new(
-                "bootlet_api_requests_total",
-                "Requests to the API server by HTTP method and status code (<error> when no answer came).",
-            ),
-            &["verb", "code"],
-        )
-        .expect("valid metric");
-        r.register(Box::new(api_requests.clone()))
-            .expect("registered once");
+            .expect("valid metric"),
+        );
+        let csr_wait = registered(
+            r,
+            HistogramVec::new(
+                HistogramOpts::new(
+                    "bootlet_csr_wait_seconds",
+                    "Seconds from filing (or adopting) a CSR to its answer: issued, denied or failed.",
+                )
+                .buckets(CSR_WAIT_BUCKETS.to_vec()),
+                &["profile"],
+            )
+            .expect("valid metric"),
+        );
+        let csr_pending = registered(
+            r,
+            IntGaugeVec::new(
+                Opts::new(
+                    "bootlet_csr_pending",
+                    "1 while a CSR is filed and not yet answered (it stays 1 across approval timeouts: the next attempt adopts the same CSR).",
+                ),
+                &["profile"],
+            )
+            .expect("valid metric"),
+        );
+        let api_requests = registered(
+            r,
+            IntCounterVec::new(
+                Opts::new(
+                    "bootlet_api_requests_total",
+                    "Requests to the API server by HTTP method and status code (<error> when no answer came).",
+                ),
+                &["verb", "code"],
+            )
+            .expect("valid metric"),
+        );
         let build_info = IntGauge::with_opts(
             Opts::new(
                 "bootlet_build_info",
@@ -163,23 +161,19 @@ impl Metrics {
         )
         .expect("valid metric");
         build_info.set(1);
-        r.register(Box::new(build_info)).expect("registered once");
+        registered(r, build_info);
         #[cfg(target_os = "linux")]
         r.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
         ))
         .expect("registered once");
         let lease = |result: &str| {
-            let c = IntCounter::with_opts(
-                Opts::new(
-                    "bootlet_lease_renewals_total",
-                    "Lease renewal attempts by outcome.",
-                )
-                .const_label("result", result),
+            let opts = Opts::new(
+                "bootlet_lease_renewals_total",
+                "Lease renewal attempts by outcome.",
             )
-            .expect("valid metric");
-            r.register(Box::new(c.clone())).expect("registered once");
-            c
+            .const_label("result", result);
+            registered(r, IntCounter::with_opts(opts).expect("valid metric"))
         };
         let metrics = Self {
             client_ttl: gauge(r, "kubelet_certificate_manager_client_ttl_seconds", "Gauge of the TTL (time-to-live) of the Kubelet's client certificate. The value is in seconds until certificate expiry (negative if already expired). If client certificate is invalid or unused, the value will be +INF."),
@@ -317,6 +311,13 @@ impl Metrics {
             .expect("writing to a Vec cannot fail");
         out
     }
+}
+
+/// `metric`, registered in `reg` (each family once per process).
+fn registered<C: prometheus::core::Collector + Clone + 'static>(reg: &Registry, metric: C) -> C {
+    reg.register(Box::new(metric.clone()))
+        .expect("registered once");
+    metric
 }
 
 /// The kubelet's TTL: whole seconds until `not_after` (negative once past), +Inf without a
