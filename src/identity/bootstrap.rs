@@ -159,13 +159,14 @@ impl<'a> Bootstrap<'a> {
             // A retry first looks for a certificate an earlier attempt installed before it
             // failed (writing the kubeconfig, say): publishing that one again beats filing
             // a new CSR for a new key on every retry.
-            let result = match first {
-                true => self.attempt(&dir).await,
-                false => match self.reuse(&dir) {
+            let result = if first {
+                self.attempt(&dir).await
+            } else {
+                match self.reuse(&dir) {
                     Ok(Some(creds)) => Ok(creds),
                     Ok(None) => self.attempt(&dir).await,
                     Err(e) => Err(e),
-                },
+                }
             };
             match result {
                 Ok(creds) => return Ok(creds),
