@@ -5,7 +5,7 @@ mod support;
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
-use support::{plane, wait_event, Agent, NodeDir};
+use support::{plane, plane_approving, wait_event, Agent, NodeDir};
 use testplane::{Approval, Event, Signer};
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -136,7 +136,7 @@ async fn a_stop_request_during_startup_exits_cleanly() {
 
 #[tokio::test]
 async fn a_restart_while_pending_adopts_the_same_csr() {
-    let tp = manual_plane().await;
+    let tp = plane_approving(HOUR, Approval::Manual).await;
     let node = NodeDir::new(&tp.bootstrap_kubeconfig());
     let mut events = tp.events();
     let agent = Agent::spawn(&args(&node, "node-c", &[]));
@@ -156,15 +156,6 @@ async fn a_restart_while_pending_adopts_the_same_csr() {
     let (status, _) = agent.terminate().await;
     assert!(status.success());
     assert_eq!(tp.csrs().len(), 1, "exactly one CSR on the server");
-}
-
-async fn manual_plane() -> testplane::TestPlane {
-    testplane::TestPlane::builder()
-        .cert_ttl(HOUR)
-        .approval(Approval::Manual)
-        .start()
-        .await
-        .unwrap()
 }
 
 #[tokio::test]
@@ -215,7 +206,7 @@ async fn a_denied_csr_backs_off_and_retries_with_a_fresh_key() {
 
 #[tokio::test]
 async fn an_approval_that_never_comes_hits_the_csr_timeout() {
-    let tp = manual_plane().await;
+    let tp = plane_approving(HOUR, Approval::Manual).await;
     let node = NodeDir::new(&tp.bootstrap_kubeconfig());
     let agent = Agent::spawn(&args(
         &node,
@@ -315,7 +306,7 @@ async fn a_missing_or_broken_bootstrap_kubeconfig_stops_with_one_line_naming_the
 
 #[tokio::test]
 async fn the_approval_wait_resumes_dropped_watches_and_relists_after_410() {
-    let tp = manual_plane().await;
+    let tp = plane_approving(HOUR, Approval::Manual).await;
     let node = NodeDir::new(&tp.bootstrap_kubeconfig());
     let mut events = tp.events();
     let agent = Agent::spawn(&args(&node, "node-w", &[]));
@@ -346,7 +337,7 @@ async fn the_approval_wait_resumes_dropped_watches_and_relists_after_410() {
 
 #[tokio::test]
 async fn a_watch_closed_at_once_is_retried_after_a_floor_and_the_approval_still_arrives() {
-    let tp = manual_plane().await;
+    let tp = plane_approving(HOUR, Approval::Manual).await;
     tp.faults().close_watches(true);
     let node = NodeDir::new(&tp.bootstrap_kubeconfig());
     let mut events = tp.events();
@@ -390,7 +381,7 @@ async fn a_watch_closed_at_once_is_retried_after_a_floor_and_the_approval_still_
 
 #[tokio::test]
 async fn watch_events_about_another_csr_are_ignored() {
-    let tp = manual_plane().await;
+    let tp = plane_approving(HOUR, Approval::Manual).await;
     // A server (or proxy) that drops the field selector: each agent sees every CSR.
     tp.faults().watch_ignores_selectors(true);
     let mut events = tp.events();

@@ -36,12 +36,7 @@ const ROTATED: &str = "client certificate rotated";
 /// rotating at 0.2 % ± 0.1 % of that lifetime, a restarted agent finds its certificate due
 /// and rotates at once (a certificate it has just been issued itself is due in ~1 s).
 async fn plane(approval: Approval) -> TestPlane {
-    TestPlane::builder()
-        .cert_ttl(Duration::from_secs(600))
-        .approval(approval)
-        .start()
-        .await
-        .expect("start testplane")
+    support::plane_approving(Duration::from_secs(600), approval).await
 }
 
 /// Where the hook kills a run: right before an operation by its label (`LABEL#N`, the Nth

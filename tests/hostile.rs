@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime};
 
 use bootlet::pki::files::CertDir;
 use bootlet::pki::NodeKey;
-use support::{wait_event, Agent, NodeDir};
+use support::{plane_approving, wait_event, Agent, NodeDir};
 use testplane::{Answer, AnswerRule, Approval, Event, Signer, TestPlane};
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -39,15 +39,6 @@ fn args(node: &NodeDir, name: &str, extra: &[&str]) -> Vec<String> {
         .map(|s| s.to_string()),
     );
     a
-}
-
-async fn manual_plane() -> TestPlane {
-    TestPlane::builder()
-        .cert_ttl(HOUR)
-        .approval(Approval::Manual)
-        .start()
-        .await
-        .unwrap()
 }
 
 /// What bootlet has written: every file in the cert dir except the pending key (symlinks
@@ -215,7 +206,7 @@ async fn refuse_all(
 
 #[tokio::test]
 async fn broken_certificates_at_bootstrap_are_refused_nothing_is_written_and_it_recovers() {
-    let tp = manual_plane().await;
+    let tp = plane_approving(HOUR, Approval::Manual).await;
     let node = NodeDir::new(&tp.bootstrap_kubeconfig());
     let mut events = tp.events();
     let agent = Agent::spawn(&args(&node, "hostile-boot", &[]));
@@ -244,7 +235,7 @@ async fn broken_certificates_at_bootstrap_are_refused_nothing_is_written_and_it_
 
 #[tokio::test]
 async fn broken_certificates_in_a_rotation_leave_the_current_one_untouched_and_it_recovers() {
-    let tp = manual_plane().await;
+    let tp = plane_approving(HOUR, Approval::Manual).await;
     let node = NodeDir::new(&tp.bootstrap_kubeconfig());
     // A certificate 5/6 through its life: past any rotation deadline, so it rotates at once.
     let key = NodeKey::generate().unwrap();
@@ -313,7 +304,7 @@ async fn watching(tp: &TestPlane, name: &str) {
 /// we filed was replaced behind our back, and its verdict and certificate are not ours.
 #[tokio::test]
 async fn a_csr_whose_uid_changes_under_the_watch_is_given_up_for_a_fresh_one() {
-    let tp = manual_plane().await;
+    let tp = plane_approving(HOUR, Approval::Manual).await;
     let node = NodeDir::new(&tp.bootstrap_kubeconfig());
     let mut events = tp.events();
     let agent = Agent::spawn(&args(&node, "replaced", &[]));
@@ -342,7 +333,7 @@ async fn a_csr_whose_uid_changes_under_the_watch_is_given_up_for_a_fresh_one() {
 /// again, so its approval is seen although the watch only ever carried it misnamed.
 #[tokio::test]
 async fn a_csr_renamed_under_the_watch_is_ignored_and_listed_again() {
-    let tp = manual_plane().await;
+    let tp = plane_approving(HOUR, Approval::Manual).await;
     let node = NodeDir::new(&tp.bootstrap_kubeconfig());
     let mut events = tp.events();
     let agent = Agent::spawn(&args(&node, "renamed", &[]));

@@ -7,7 +7,7 @@ mod support;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use support::{signal, wait_event, Agent, NodeDir, WAIT};
+use support::{plane_approving, signal, wait_event, Agent, NodeDir, WAIT};
 use testplane::{Approval, Event, TestPlane};
 use tokio::net::UnixDatagram;
 use tokio::time::Instant;
@@ -82,18 +82,9 @@ fn args(node: &NodeDir, name: &str, extra: &[&str]) -> Vec<String> {
     a
 }
 
-async fn plane(approval: Approval) -> TestPlane {
-    TestPlane::builder()
-        .cert_ttl(HOUR)
-        .approval(approval)
-        .start()
-        .await
-        .expect("start testplane")
-}
-
 #[tokio::test]
 async fn ready_waits_for_the_certificate_then_stopping_exits_0() {
-    let tp = plane(Approval::Manual).await;
+    let tp = plane_approving(HOUR, Approval::Manual).await;
     let mut events = tp.events();
     let node = NodeDir::new(&tp.bootstrap_kubeconfig());
     let mut notify = NotifySocket::bind();
@@ -155,7 +146,7 @@ async fn ready_waits_for_the_certificate_then_stopping_exits_0() {
 
 #[tokio::test]
 async fn watchdog_pings_within_half_the_period_and_stop_when_the_lease_loop_wedges() {
-    let tp = plane(Approval::Auto).await;
+    let tp = plane_approving(HOUR, Approval::Auto).await;
     let node = NodeDir::new(&tp.bootstrap_kubeconfig());
     let mut notify = NotifySocket::bind();
     let agent = Agent::spawn_env(
@@ -196,7 +187,7 @@ async fn watchdog_pings_within_half_the_period_and_stop_when_the_lease_loop_wedg
 
 #[tokio::test]
 async fn sighup_reloads_the_config_live_and_keeps_running_on_a_bad_file() {
-    let tp = plane(Approval::Auto).await;
+    let tp = plane_approving(HOUR, Approval::Auto).await;
     let node = NodeDir::new(&tp.bootstrap_kubeconfig());
     let config = node.tmp.path().join("bootlet.yaml");
     std::fs::write(&config, "leaseRenewInterval: 1s\nleaseDuration: 5s\n").unwrap();
@@ -273,7 +264,7 @@ async fn sighup_reloads_the_config_live_and_keeps_running_on_a_bad_file() {
 
 #[tokio::test]
 async fn a_deny_message_cannot_inject_notify_assignments() {
-    let tp = plane(Approval::Manual).await;
+    let tp = plane_approving(HOUR, Approval::Manual).await;
     let mut events = tp.events();
     let node = NodeDir::new(&tp.bootstrap_kubeconfig());
     let mut notify = NotifySocket::bind();
@@ -393,7 +384,7 @@ async fn ready_with_a_valid_certificate_while_the_server_is_down_then_the_lease_
 /// STATUS= line (exiting would use up the restart limit and leave the unit `failed`).
 #[tokio::test]
 async fn under_systemd_a_late_bootstrap_kubeconfig_is_waited_for() {
-    let tp = plane(Approval::Auto).await;
+    let tp = plane_approving(HOUR, Approval::Auto).await;
     let node = NodeDir::new(&tp.bootstrap_kubeconfig());
     std::fs::remove_file(&node.bootstrap).unwrap();
     let mut notify = NotifySocket::bind();

@@ -703,12 +703,7 @@ fn setup(tag: &str) -> Setup {
 
 /// A testplane signing hour-long certificates.
 async fn plane(approval: Approval) -> TestPlane {
-    TestPlane::builder()
-        .cert_ttl(Duration::from_secs(3600))
-        .approval(approval)
-        .start()
-        .await
-        .expect("start testplane")
+    support::plane_approving(Duration::from_secs(3600), approval).await
 }
 
 /// Writes KUBELET_STANDIN into the share; the shell command that makes it the container's

@@ -244,6 +244,17 @@ pub async fn plane(ttl: Duration) -> TestPlane {
         .expect("start testplane")
 }
 
+/// A test plane with certificates of `ttl` and the given approver (`Manual`: CSRs wait for
+/// `approve`/`deny`).
+pub async fn plane_approving(ttl: Duration, approval: testplane::Approval) -> TestPlane {
+    TestPlane::builder()
+        .cert_ttl(ttl)
+        .approval(approval)
+        .start()
+        .await
+        .expect("start testplane")
+}
+
 /// Compare with `tests/snapshots/NAME`; `UPDATE_SNAPSHOTS=1` rewrites it.
 pub fn snapshot(name: &str, actual: &str) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
