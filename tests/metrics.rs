@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use support::{http, run, wait_event, Agent, NodeDir, WAIT};
+use support::{http, metrics_address, run, wait_event, Agent, NodeDir, WAIT};
 use testplane::{Approval, Event, TestPlane};
 
 /// The node's flags with the metrics listener at `metrics` (instead of `off`), a 1 s Lease.
@@ -26,10 +26,6 @@ fn args(node: &NodeDir, name: &str, metrics: &str, extra: &[&str]) -> Vec<String
             .map(|s| s.to_string()),
     );
     a
-}
-
-async fn listening(agent: &Agent) -> SocketAddr {
-    support::metrics_address(agent).await
 }
 
 async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
@@ -57,7 +53,7 @@ async fn the_endpoints_follow_the_join_and_the_lease() {
     let mut events = tp.events();
     let node = NodeDir::new(&tp.bootstrap_kubeconfig());
     let agent = Agent::spawn(&args(&node, "n-metrics", "127.0.0.1:0", &[]));
-    let addr = listening(&agent).await;
+    let addr = metrics_address(&agent).await;
     let csr = wait_event(&mut events, |e| match e {
         Event::CsrCreated { name, .. } => Some(name.clone()),
         _ => None,
@@ -206,7 +202,7 @@ async fn promtool_check_metrics_finds_only_the_kubelets_legacy_counter_names() {
             "127.0.0.1",
         ],
     ));
-    let addr = listening(&agent).await;
+    let addr = metrics_address(&agent).await;
     agent.wait_for_log("serving certificate installed").await;
     let (_, text) = get(addr, "/metrics").await;
     // Every family of both profiles is in this scrape.
@@ -284,7 +280,7 @@ async fn a_wedged_loop_turns_healthz_500() {
         "127.0.0.1:0",
         &["--test-wedge-lease-after", "2s"],
     ));
-    let addr = listening(&agent).await;
+    let addr = metrics_address(&agent).await;
     agent
         .wait_for_log("ready: client certificate and kubeconfig in place")
         .await;
