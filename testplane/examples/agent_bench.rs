@@ -72,12 +72,7 @@ fn spawn(node: &Node, name: &str, extra: &[&str], env: &[(&str, &std::ffi::OsStr
 
 /// `VmHWM` or `VmRSS` of a process, in KiB.
 fn status_kib(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
+    testplane::sched::status_kib(pid, field).unwrap_or(0)
 }
 
 /// CPU time (nanoseconds) and wake-ups (times scheduled in) summed over every thread of

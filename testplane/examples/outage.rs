@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use testplane::{Event, TestPlane};
+use testplane::{wait_for, Event, TestPlane};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::Command;
 use tokio::sync::broadcast;
@@ -51,15 +51,6 @@ fn verdict(ok: bool) -> &'static str {
     } else {
         "FAIL"
     }
-}
-
-/// Wait for the first event `f` picks, at most `within`.
-async fn first<T>(
-    events: &mut broadcast::Receiver<Event>,
-    within: Duration,
-    f: impl FnMut(&Event) -> Option<T>,
-) -> Option<T> {
-    testplane::wait_for(events, within, f).await
 }
 
 fn renewal(e: &Event) -> Option<()> {
@@ -122,7 +113,7 @@ async fn main() {
 
     // Steady state first: three renewals.
     for _ in 0..3 {
-        if first(&mut events, interval * 2 + Duration::from_secs(10), renewal)
+        if wait_for(&mut events, interval * 2 + Duration::from_secs(10), renewal)
             .await
             .is_none()
         {
@@ -180,17 +171,17 @@ async fn main() {
     let user = format!("system:node:{NODE}");
     // Events of requests answered just as the server went away come before the return.
     let first_request = async {
-        first(&mut after, interval, |e| {
+        wait_for(&mut after, interval, |e| {
             (*e == Event::OutageEnded).then_some(())
         })
         .await?;
-        first(&mut after, interval * 3, |e| match e {
+        wait_for(&mut after, interval * 3, |e| match e {
             Event::Request(r) if r.user == user => Some(Instant::now()),
             _ => None,
         })
         .await
     };
-    let first_renewal = first(&mut events, interval * 3, |e| {
+    let first_renewal = wait_for(&mut events, interval * 3, |e| {
         renewal(e).map(|()| Instant::now())
     });
     let (request_at, renewed_at) = tokio::join!(first_request, first_renewal);

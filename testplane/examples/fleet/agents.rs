@@ -8,6 +8,7 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use testplane::sched::status_kib;
 use tokio::net::UnixDatagram;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
@@ -216,13 +217,4 @@ impl Agent {
     pub fn ready_at(&self) -> Option<Instant> {
         *self.ready.lock().unwrap_or_else(|e| e.into_inner())
     }
-}
-
-/// A `/proc/PID/status` field in KiB; `None` once the process is gone.
-fn status_kib(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }

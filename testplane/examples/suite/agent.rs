@@ -8,11 +8,12 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use testplane::sched::status_kib;
 use testplane::TestPlane;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
-use crate::procfs::{self, ThreadLedger};
+use crate::procfs::ThreadLedger;
 use crate::track::{CpuSource, Seen, Track};
 use crate::Cfg;
 
@@ -125,7 +126,7 @@ pub async fn bootstrap_runs(cfg: &Cfg, tp: &TestPlane) -> Result<Boot, String> {
         let pid = child.id().ok_or("bootlet exited at once")?;
         let (mut cert, mut hwm) = (None, 0);
         while cert.is_none() || notify.ready_at().is_none() {
-            hwm = hwm.max(procfs::status_kib(pid, "VmHWM:").unwrap_or(0));
+            hwm = hwm.max(status_kib(pid, "VmHWM:").unwrap_or(0));
             if cert.is_none() && has_key(&current) {
                 cert = Some(start.elapsed());
             }
@@ -137,7 +138,7 @@ pub async fn bootstrap_runs(cfg: &Cfg, tp: &TestPlane) -> Result<Boot, String> {
             tokio::time::sleep(Duration::from_micros(500)).await;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
-        hwm = hwm.max(procfs::status_kib(pid, "VmHWM:").unwrap_or(0));
+        hwm = hwm.max(status_kib(pid, "VmHWM:").unwrap_or(0));
         let _ = child.kill().await;
         let ready = notify.ready_at().unwrap_or(start) - start;
         boot.cert_ms
@@ -229,7 +230,7 @@ pub async fn long_run(cfg: &Cfg, tp: Arc<TestPlane>) -> Result<Long, String> {
             "floor",
         )
         .await?;
-    let hwm_kib = procfs::status_kib(pid, "VmHWM:");
+    let hwm_kib = status_kib(pid, "VmHWM:");
     let scrape = scrape_metrics(&metrics_addr).await;
     let (bootlet, floor_seen) = (track.stop(), floor_track.stop());
     let _ = child.kill().await;

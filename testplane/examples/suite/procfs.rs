@@ -1,5 +1,6 @@
 //! What the suite reads from /proc: a process's CPU over every thread it ever had (threads
-//! that exit keep their time), a shell's CPU with its reaped children, RSS and child pids.
+//! that exit keep their time), a shell's CPU with its reaped children and child pids (RSS is
+//! `testplane::sched::status_kib`).
 //! Reading only; no process is touched here.
 
 use std::collections::HashMap;
@@ -91,15 +92,6 @@ fn stat_ticks(stat: &str) -> Option<u64> {
     Some(sum)
 }
 
-/// A `/proc/PID/status` field in KiB (`VmRSS:`, `VmHWM:`); `None` once the process is gone.
-pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-}
-
 /// The children of `pid`'s main thread.
 pub fn children(pid: u32) -> Vec<u32> {
     std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
@@ -145,7 +137,7 @@ mod tests {
     #[test]
     fn reads_this_process() {
         let pid = std::process::id();
-        assert!(status_kib(pid, "VmRSS:").is_some_and(|k| k > 0));
+        assert!(testplane::sched::status_kib(pid, "VmRSS:").is_some_and(|k| k > 0));
         assert!(ThreadLedger::new(pid).refresh().ns > 0);
         assert!(with_reaped_children_ns(pid).is_some());
     }

@@ -39,9 +39,7 @@ impl Figures<'_> {
 }
 
 fn median(v: &[f64]) -> Option<f64> {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    stats::percentile(&v, 0.5)
+    stats::percentile(v, 0.5)
 }
 
 fn range(v: &[f64]) -> String {

@@ -99,14 +99,8 @@ pub fn deviations_ms(writes: &[SystemTime], nominal: Duration) -> Vec<f64> {
     d
 }
 
-/// The nearest-rank percentile `p` (0..=1) of sorted values; `None` when empty.
-pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
-    if sorted.is_empty() {
-        return None;
-    }
-    let rank = (p * sorted.len() as f64).ceil() as usize;
-    Some(sorted[rank.clamp(1, sorted.len()) - 1])
-}
+/// The nearest-rank percentile `q` (0..=1); `None` when empty.
+pub use testplane::stats::percentile;
 
 #[cfg(test)]
 mod tests {

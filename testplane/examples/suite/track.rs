@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
+use testplane::sched::status_kib;
 use testplane::{Event, TestPlane, WireBytes};
 use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
@@ -120,7 +121,7 @@ impl Track {
                             writes,
                             cpu_ns,
                             wakeups,
-                            rss_kib: procfs::status_kib(pid, "VmRSS:"),
+                            rss_kib: status_kib(pid, "VmRSS:"),
                             wire,
                         });
                         let _ = count_tx.send(s.samples.len());
