@@ -100,15 +100,10 @@ impl SimFs {
             d.umask = 0o022;
             let root = d.new_inode(Node::Dir, 0o755);
             d.names.insert(PathBuf::from("/"), root);
-            for dir in dirs {
-                for a in dir.ancestors().collect::<Vec<_>>().into_iter().rev() {
-                    if !d.names.contains_key(a) {
-                        let ino = d.new_inode(Node::Dir, 0o700);
-                        d.names.insert(a.to_path_buf(), ino);
-                    }
-                }
-            }
             d.durable = d.names.clone();
+        }
+        for dir in dirs {
+            sim.make_dir(dir);
         }
         sim
     }
@@ -221,12 +216,7 @@ impl SimFs {
             let mut names = d.durable.clone();
             for (i, op) in d.journal.iter().enumerate() {
                 if i < p || op.unsynced.is_empty() {
-                    for (path, to) in &op.changes {
-                        match to {
-                            Some(ino) => names.insert(path.clone(), *ino),
-                            None => names.remove(path),
-                        };
-                    }
+                    apply(&mut names, &op.changes);
                 }
             }
             for fate in [DataFate::Lost, DataFate::Torn, DataFate::Kept] {
@@ -361,12 +351,7 @@ impl Disk {
 
     /// Records a metadata operation, pending the fsync of each directory it touches.
     fn meta(&mut self, changes: Vec<(PathBuf, Option<usize>)>) {
-        for (path, to) in &changes {
-            match to {
-                Some(ino) => self.names.insert(path.clone(), *ino),
-                None => self.names.remove(path),
-            };
-        }
+        apply(&mut self.names, &changes);
         let unsynced = changes.iter().map(|(p, _)| parent_of(p)).collect();
         self.journal.push(MetaOp { changes, unsynced });
     }
@@ -407,6 +392,16 @@ impl Disk {
             true => Err(io::Error::from(io::ErrorKind::AlreadyExists)),
             false => Ok(()),
         }
+    }
+}
+
+/// Makes a metadata operation's `changes` (a name to an inode, or removed) in `names`.
+fn apply(names: &mut BTreeMap<PathBuf, usize>, changes: &[(PathBuf, Option<usize>)]) {
+    for (path, to) in changes {
+        match to {
+            Some(ino) => names.insert(path.clone(), *ino),
+            None => names.remove(path),
+        };
     }
 }
 
@@ -520,12 +515,7 @@ impl Fs for SimFs {
         // Fold the durable head of the journal into the durable namespace.
         while d.journal.first().is_some_and(|op| op.unsynced.is_empty()) {
             let op = d.journal.remove(0);
-            for (path, to) in op.changes {
-                match to {
-                    Some(ino) => d.durable.insert(path, ino),
-                    None => d.durable.remove(&path),
-                };
-            }
+            apply(&mut d.durable, &op.changes);
         }
         Ok(())
     }

@@ -105,6 +105,20 @@ fn setup() -> Setup {
     }
 }
 
+impl Setup {
+    /// [`verify_issued`] of `chain` for this node's key as a client, trusting this CA, at
+    /// [`mid`].
+    fn verify(&self, chain: &str) -> Result<CertInfo, VerifyError> {
+        verify_issued(
+            chain,
+            &self.key,
+            &CertProfile::client(NODE),
+            self.ca.pem.as_bytes(),
+            mid(),
+        )
+    }
+}
+
 fn subject(params: &mut CertificateParams, cn: &str, o: &str) {
     let mut dn = DistinguishedName::new();
     dn.push(DnType::OrganizationName, o);
@@ -116,14 +130,7 @@ fn subject(params: &mut CertificateParams, cn: &str, o: &str) {
 fn accepts_a_cert_for_our_key_and_node() {
     let s = setup();
     let cert = s.ca.sign(&s.csr, |_| {});
-    let info = verify_issued(
-        &cert,
-        &s.key,
-        &CertProfile::client(NODE),
-        s.ca.pem.as_bytes(),
-        mid(),
-    )
-    .unwrap();
+    let info = s.verify(&cert).unwrap();
     assert_eq!(info.subject_cn, "system:node:worker-1");
     assert_eq!(info.subject_o, ["system:nodes"]);
     assert_eq!(info.issuer, "CN=kubernetes");
@@ -150,18 +157,9 @@ fn accepts_a_cert_for_our_key_and_node() {
 fn refuses_a_chain_longer_than_a_handshake_carries() {
     let s = setup();
     let cert = s.ca.sign(&s.csr, |_| {});
-    let check = |chain: &str| {
-        verify_issued(
-            chain,
-            &s.key,
-            &CertProfile::client(NODE),
-            s.ca.pem.as_bytes(),
-            mid(),
-        )
-    };
     let with_copies = |n: usize| format!("{cert}{}", s.ca.pem.repeat(n));
-    check(&with_copies(MAX_CHAIN_CERTS - 1)).unwrap();
-    let err = check(&with_copies(MAX_CHAIN_CERTS)).unwrap_err();
+    s.verify(&with_copies(MAX_CHAIN_CERTS - 1)).unwrap();
+    let err = s.verify(&with_copies(MAX_CHAIN_CERTS)).unwrap_err();
     assert!(
         matches!(err, VerifyError::ChainTooLong { certificates, .. } if certificates == MAX_CHAIN_CERTS + 1),
         "{err}"
@@ -173,7 +171,7 @@ fn refuses_a_chain_longer_than_a_handshake_carries() {
             vec![0u8; MAX_CHAIN_BYTES],
         )]
     });
-    let err = check(&big).unwrap_err();
+    let err = s.verify(&big).unwrap_err();
     assert!(
         matches!(
             err,
@@ -222,14 +220,7 @@ fn refuses_another_node_or_another_group() {
     let cert = s.ca.sign(&s.csr, |p| {
         subject(p, "system:node:worker-1", "system:masters")
     });
-    let err = verify_issued(
-        &cert,
-        &s.key,
-        &CertProfile::client(NODE),
-        s.ca.pem.as_bytes(),
-        mid(),
-    )
-    .unwrap_err();
+    let err = s.verify(&cert).unwrap_err();
     assert!(
         matches!(&err, VerifyError::WrongSubject { got, .. } if got.contains("system:masters")),
         "{err}"
@@ -241,28 +232,14 @@ fn refuses_a_cert_from_another_ca() {
     let s = setup();
     let rogue = TestCa::new("kubernetes");
     let cert = rogue.sign(&s.csr, |_| {});
-    let err = verify_issued(
-        &cert,
-        &s.key,
-        &CertProfile::client(NODE),
-        s.ca.pem.as_bytes(),
-        mid(),
-    )
-    .unwrap_err();
+    let err = s.verify(&cert).unwrap_err();
     assert!(
         matches!(&err, VerifyError::UntrustedIssuer { issuer } if issuer == "CN=kubernetes"),
         "{err}"
     );
     // Appending the rogue CA to the returned chain does not make it trusted.
     let chain = format!("{cert}{}", rogue.pem);
-    let err = verify_issued(
-        &chain,
-        &s.key,
-        &CertProfile::client(NODE),
-        s.ca.pem.as_bytes(),
-        mid(),
-    )
-    .unwrap_err();
+    let err = s.verify(&chain).unwrap_err();
     assert!(matches!(err, VerifyError::UntrustedIssuer { .. }), "{err}");
 }
 
@@ -271,24 +248,10 @@ fn follows_intermediates_in_the_returned_chain() {
     let s = setup();
     let inter = TestCa::signed("kubelet-signer", Some(&s.ca));
     let cert = inter.sign(&s.csr, |_| {});
-    let err = verify_issued(
-        &cert,
-        &s.key,
-        &CertProfile::client(NODE),
-        s.ca.pem.as_bytes(),
-        mid(),
-    )
-    .unwrap_err();
+    let err = s.verify(&cert).unwrap_err();
     assert!(matches!(err, VerifyError::UntrustedIssuer { .. }), "{err}");
     let chain = format!("{cert}{}", inter.pem);
-    let info = verify_issued(
-        &chain,
-        &s.key,
-        &CertProfile::client(NODE),
-        s.ca.pem.as_bytes(),
-        mid(),
-    )
-    .unwrap();
+    let info = s.verify(&chain).unwrap();
     assert_eq!(info.issuer, "CN=kubelet-signer");
 }
 
@@ -298,27 +261,13 @@ fn refuses_a_cert_without_client_auth() {
     let cert = s.ca.sign(&s.csr, |p| {
         p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth]
     });
-    let err = verify_issued(
-        &cert,
-        &s.key,
-        &CertProfile::client(NODE),
-        s.ca.pem.as_bytes(),
-        mid(),
-    )
-    .unwrap_err();
+    let err = s.verify(&cert).unwrap_err();
     assert!(
         matches!(err, VerifyError::MissingClientAuth { .. }),
         "{err}"
     );
     let cert = s.ca.sign(&s.csr, |p| p.extended_key_usages.clear());
-    let err = verify_issued(
-        &cert,
-        &s.key,
-        &CertProfile::client(NODE),
-        s.ca.pem.as_bytes(),
-        mid(),
-    )
-    .unwrap_err();
+    let err = s.verify(&cert).unwrap_err();
     assert!(
         matches!(err, VerifyError::MissingClientAuth { .. }),
         "{err}"
@@ -349,14 +298,7 @@ fn validity_window_has_five_minutes_of_not_before_tolerance() {
 #[test]
 fn refuses_garbage() {
     let s = setup();
-    let err = verify_issued(
-        "nope",
-        &s.key,
-        &CertProfile::client(NODE),
-        s.ca.pem.as_bytes(),
-        mid(),
-    )
-    .unwrap_err();
+    let err = s.verify("nope").unwrap_err();
     assert!(matches!(err, VerifyError::Malformed(_)), "{err}");
     let cert = s.ca.sign(&s.csr, |_| {});
     let err = verify_issued(&cert, &s.key, &CertProfile::client(NODE), b"", mid()).unwrap_err();
@@ -403,14 +345,7 @@ fn openssl_verify(ca: &str, untrusted: &str, cert: &str, now: SystemTime) -> (bo
 fn openssl_verifies_an_accepted_cert() {
     let s = setup();
     let cert = s.ca.sign(&s.csr, |_| {});
-    verify_issued(
-        &cert,
-        &s.key,
-        &CertProfile::client(NODE),
-        s.ca.pem.as_bytes(),
-        mid(),
-    )
-    .unwrap();
+    s.verify(&cert).unwrap();
     let (ok, text) = openssl_verify(&s.ca.pem, "", &cert, mid());
     assert!(ok, "{text}");
 }
@@ -418,53 +353,50 @@ fn openssl_verifies_an_accepted_cert() {
 #[test]
 fn refuses_a_leaf_that_is_a_ca() {
     let s = setup();
-    let ca = s.ca.pem.as_bytes();
     let cert = s.ca.sign(&s.csr, |p| {
         p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained)
     });
-    let err = verify_issued(&cert, &s.key, &CertProfile::client(NODE), ca, mid()).unwrap_err();
+    let err = s.verify(&cert).unwrap_err();
     assert!(matches!(err, VerifyError::LeafIsCa { .. }), "{err}");
     assert!(err.to_string().contains("CA:true"), "{err}");
     // CA:false spelled out is fine.
     let cert = s.ca.sign(&s.csr, |p| p.is_ca = IsCa::ExplicitNoCa);
-    verify_issued(&cert, &s.key, &CertProfile::client(NODE), ca, mid()).unwrap();
+    s.verify(&cert).unwrap();
 }
 
 #[test]
 fn refuses_a_key_usage_without_digital_signature() {
     let s = setup();
-    let ca = s.ca.pem.as_bytes();
     let cert = s.ca.sign(&s.csr, |p| {
         p.key_usages = vec![KeyUsagePurpose::KeyEncipherment]
     });
-    let err = verify_issued(&cert, &s.key, &CertProfile::client(NODE), ca, mid()).unwrap_err();
+    let err = s.verify(&cert).unwrap_err();
     assert!(
         matches!(err, VerifyError::MissingDigitalSignature { .. }),
         "{err}"
     );
     // No key usage extension at all restricts nothing (RFC 5280 4.2.1.3).
     let cert = s.ca.sign(&s.csr, |p| p.key_usages.clear());
-    verify_issued(&cert, &s.key, &CertProfile::client(NODE), ca, mid()).unwrap();
+    s.verify(&cert).unwrap();
     let cert = s.ca.sign(&s.csr, |p| {
         p.key_usages = vec![
             KeyUsagePurpose::DigitalSignature,
             KeyUsagePurpose::KeyEncipherment,
         ]
     });
-    verify_issued(&cert, &s.key, &CertProfile::client(NODE), ca, mid()).unwrap();
+    s.verify(&cert).unwrap();
 }
 
 #[test]
 fn intermediates_on_the_path_must_be_valid_now() {
     let s = setup();
-    let ca = s.ca.pem.as_bytes();
     let inter = TestCa::signed("kubelet-signer", Some(&s.ca));
     let cert = inter.sign(&s.csr, |_| {});
     let expired = inter.reissued("kubelet-signer", &s.ca, |p| {
         p.not_after = date_time_ymd(2030, 1, 15)
     });
     let chain = format!("{cert}{}", expired.pem);
-    let err = verify_issued(&chain, &s.key, &CertProfile::client(NODE), ca, mid()).unwrap_err();
+    let err = s.verify(&chain).unwrap_err();
     assert_eq!(
         crate::runtime::report(&err),
         "intermediate CA CN=kubelet-signer in the issued chain is not valid now: \
@@ -478,7 +410,7 @@ fn intermediates_on_the_path_must_be_valid_now() {
         p.not_before = date_time_ymd(2030, 3, 1)
     });
     let chain = format!("{cert}{}", early.pem);
-    let err = verify_issued(&chain, &s.key, &CertProfile::client(NODE), ca, mid()).unwrap_err();
+    let err = s.verify(&chain).unwrap_err();
     assert!(
         matches!(&err, VerifyError::Intermediate { source, .. }
             if matches!(**source, VerifyError::NotYetValid { .. })),
@@ -487,7 +419,7 @@ fn intermediates_on_the_path_must_be_valid_now() {
 
     // A renewed intermediate beside its expired predecessor: the valid one is used.
     let chain = format!("{cert}{}{}", expired.pem, inter.pem);
-    verify_issued(&chain, &s.key, &CertProfile::client(NODE), ca, mid()).unwrap();
+    s.verify(&chain).unwrap();
 }
 
 #[test]
@@ -497,14 +429,7 @@ fn an_intermediate_that_is_not_a_ca_is_not_followed() {
     let cert = inter.sign(&s.csr, |_| {});
     let not_ca = inter.reissued("kubelet-signer", &s.ca, |p| p.is_ca = IsCa::ExplicitNoCa);
     let chain = format!("{cert}{}", not_ca.pem);
-    let err = verify_issued(
-        &chain,
-        &s.key,
-        &CertProfile::client(NODE),
-        s.ca.pem.as_bytes(),
-        mid(),
-    )
-    .unwrap_err();
+    let err = s.verify(&chain).unwrap_err();
     assert!(matches!(err, VerifyError::UntrustedIssuer { .. }), "{err}");
 }
 
@@ -606,17 +531,37 @@ fn a_serving_request_carries_its_sans_and_adoption_compares_them() {
     }
 }
 
-/// `pem`'s first block with `extra` bytes appended to its DER.
-fn with_trailing(pem: &str, extra: &[u8]) -> String {
-    use base64::Engine as _;
-    let mut der = x509_parser::pem::Pem::iter_from_buffer(pem.as_bytes())
+/// The DER of `pem`'s first block.
+fn der_of(pem: &str) -> Vec<u8> {
+    x509_parser::pem::Pem::iter_from_buffer(pem.as_bytes())
         .next()
         .unwrap()
         .unwrap()
-        .contents;
-    der.extend_from_slice(extra);
-    let b64 = base64::engine::general_purpose::STANDARD.encode(&der);
+        .contents
+}
+
+/// `der` as a CERTIFICATE block, its base64 on one line.
+fn pem_of(der: &[u8]) -> String {
+    use base64::Engine as _;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
     format!("-----BEGIN CERTIFICATE-----\n{b64}\n-----END CERTIFICATE-----\n")
+}
+
+/// `pem`'s first block with `extra` bytes appended to its DER.
+fn with_trailing(pem: &str, extra: &[u8]) -> String {
+    pem_of(&[der_of(pem).as_slice(), extra].concat())
+}
+
+/// Asserts that the leaf `der` is refused as malformed outside its signature, for `want`.
+fn assert_refused_outside_signature(s: &Setup, der: &[u8], want: &str) {
+    let err = s.verify(&pem_of(der)).unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            VerifyError::Malformed(PkiError::OutsideSignature { index: 0, what }) if *what == want
+        ),
+        "{err:?}"
+    );
 }
 
 /// Found by tests/fuzz.rs: a certificate block with bytes after the DER certificate was
@@ -629,7 +574,7 @@ fn refuses_a_certificate_with_bytes_after_its_end() {
     let client = CertProfile::client(NODE);
     for extra in [&[0u8][..], &[0xa7], &[0x30, 0x00]] {
         let leaf = with_trailing(&cert, extra);
-        let err = verify_issued(&leaf, &s.key, &client, s.ca.pem.as_bytes(), mid()).unwrap_err();
+        let err = s.verify(&leaf).unwrap_err();
         assert!(
             matches!(
                 err,
@@ -645,7 +590,7 @@ fn refuses_a_certificate_with_bytes_after_its_end() {
         );
     }
     // Unpadded, both are fine.
-    verify_issued(&cert, &s.key, &client, s.ca.pem.as_bytes(), mid()).unwrap();
+    s.verify(&cert).unwrap();
 }
 
 /// Found by tests/fuzz.rs: the outer signatureAlgorithm sits outside the signed part, and
@@ -653,41 +598,13 @@ fn refuses_a_certificate_with_bytes_after_its_end() {
 /// certificate Go refuses ("malformed algorithm identifier") verified and was installed.
 #[test]
 fn refuses_an_outer_signature_algorithm_that_is_not_the_signed_one() {
-    use base64::Engine as _;
     let s = setup();
-    let cert = s.ca.sign(&s.csr, |_| {});
-    let der = x509_parser::pem::Pem::iter_from_buffer(cert.as_bytes())
-        .next()
-        .unwrap()
-        .unwrap()
-        .contents;
+    let mut der = der_of(&s.ca.sign(&s.csr, |_| {}));
     // The outer AlgorithmIdentifier is the last one: ecdsa-with-SHA256's OID TLV.
     let oid = [0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02];
     let at = der.windows(oid.len()).rposition(|w| w == oid).unwrap();
-    let mut mutated = der.clone();
-    mutated[at] = 0x16; // IA5String
-    let pem = format!(
-        "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
-        base64::engine::general_purpose::STANDARD.encode(&mutated)
-    );
-    let err = verify_issued(
-        &pem,
-        &s.key,
-        &CertProfile::client(NODE),
-        s.ca.pem.as_bytes(),
-        mid(),
-    )
-    .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            VerifyError::Malformed(PkiError::OutsideSignature {
-                index: 0,
-                what: "the signature algorithm is not the signed one"
-            })
-        ),
-        "{err:?}"
-    );
+    der[at] = 0x16; // IA5String
+    assert_refused_outside_signature(&s, &der, "the signature algorithm is not the signed one");
 }
 
 /// Found by bench/fuzz.sh: the signature BIT STRING under a context tag ([3], 0x83) was
@@ -701,12 +618,7 @@ fn refuses_a_signature_that_is_not_a_bit_string() {
     // padding zero, as DER wants (the ECDSA nonce is random: a few signings suffice).
     let mut der = Vec::new();
     for _ in 0..64 {
-        let cert = s.ca.sign(&s.csr, |_| {});
-        der = x509_parser::pem::Pem::iter_from_buffer(cert.as_bytes())
-            .next()
-            .unwrap()
-            .unwrap()
-            .contents;
+        der = der_of(&s.ca.sign(&s.csr, |_| {}));
         if der[der.len() - 1] % 2 == 0 {
             break;
         }
@@ -723,51 +635,6 @@ fn refuses_a_signature_that_is_not_a_bit_string() {
     let mut unused_bits = der.clone();
     unused_bits[at + 2] = 1;
     der[at] = 0x83;
-    let pem = with_trailing(
-        &format!(
-            "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
-            base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &der)
-        ),
-        &[],
-    );
-    let err = verify_issued(
-        &pem,
-        &s.key,
-        &CertProfile::client(NODE),
-        s.ca.pem.as_bytes(),
-        mid(),
-    )
-    .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            VerifyError::Malformed(PkiError::OutsideSignature {
-                index: 0,
-                what: "the signature is not a BIT STRING"
-            })
-        ),
-        "{err:?}"
-    );
-    let pem = format!(
-        "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
-        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &unused_bits)
-    );
-    let err = verify_issued(
-        &pem,
-        &s.key,
-        &CertProfile::client(NODE),
-        s.ca.pem.as_bytes(),
-        mid(),
-    )
-    .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            VerifyError::Malformed(PkiError::OutsideSignature {
-                index: 0,
-                what: "the signature BIT STRING has unused bits"
-            })
-        ),
-        "{err:?}"
-    );
+    assert_refused_outside_signature(&s, &der, "the signature is not a BIT STRING");
+    assert_refused_outside_signature(&s, &unused_bits, "the signature BIT STRING has unused bits");
 }
