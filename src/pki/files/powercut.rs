@@ -11,7 +11,6 @@ use std::time::{Duration, SystemTime};
 use super::sim::SimFs;
 use super::*;
 use crate::pki::{parse_cert_chain, self_signed, CertProfile, NodeKey};
-use crate::runtime::report;
 
 const PKI: &str = "/var/lib/kubelet/pki";
 const KUBECONFIG: &str = "/etc/kubernetes/kubelet.conf";
@@ -60,6 +59,17 @@ fn kubeconfig_yaml() -> String {
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: default-cluster\n  cluster:\n    server: https://10.0.0.1:6443\nusers:\n- name: default-auth\n  user:\n    client-certificate: {current}\n    client-key: {current}\n"
     )
+}
+
+/// The error with its sources, as the agent logs it (`runtime::report`, a layer up).
+fn report(e: &FilesError) -> String {
+    let mut out = e.to_string();
+    let mut next = std::error::Error::source(e);
+    while let Some(cause) = next {
+        out.push_str(&format!(": {cause}"));
+        next = cause.source();
+    }
+    out
 }
 
 fn pki() -> &'static Path {
