@@ -17,7 +17,9 @@ use crate::server::Command;
 use crate::{Error, Shared};
 
 pub use answers::{Answer, AnswerRule};
-pub use tokens::{add_static_token, create_token, delete_token, expire_token};
+pub use tokens::{
+    add_static_token, create_token, delete_token, expire_token, random_token, token_secret,
+};
 
 /// What the listener does with a connection it accepts.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]

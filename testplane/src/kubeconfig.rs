@@ -10,19 +10,26 @@ fn b64(s: &str) -> String {
     base64::engine::general_purpose::STANDARD.encode(s.as_bytes())
 }
 
-fn render(server: &str, ca_pem: &str, user: &str, auth: Value) -> String {
-    let doc = json!({
+/// A kubeconfig with one cluster named `cluster`, one user and their context; with
+/// `auth` null, a cluster-only file (kube-public/cluster-info's shape).
+fn render(cluster: &str, server: &str, ca_pem: &str, user: &str, auth: Value) -> String {
+    let mut doc = json!({
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "testplane", "cluster": {
+        "clusters": [{"name": cluster, "cluster": {
             "server": server,
             "certificate-authority-data": b64(ca_pem),
         }}],
         "users": [{"name": user, "user": auth}],
-        "contexts": [{"name": format!("{user}@testplane"), "context": {"cluster": "testplane", "user": user}}],
-        "current-context": format!("{user}@testplane"),
+        "contexts": [{"name": format!("{user}@{cluster}"), "context": {"cluster": cluster, "user": user}}],
+        "current-context": format!("{user}@{cluster}"),
         "preferences": {},
     });
+    if doc["users"][0]["user"].is_null() {
+        doc["users"] = json!([]);
+        doc["contexts"] = json!([]);
+        doc["current-context"] = "".into();
+    }
     // Plain scalars, like kubeadm writes: no folded `>-` blocks for the long base64 values.
     let mut opts = serde_saphyr::SerializerOptions::default();
     opts.prefer_block_scalars = false;
@@ -30,16 +37,39 @@ fn render(server: &str, ca_pem: &str, user: &str, auth: Value) -> String {
 }
 
 pub fn with_token(server: &str, ca_pem: &str, user: &str, token: &str) -> String {
-    render(server, ca_pem, user, json!({ "token": token }))
+    with_token_in(server, ca_pem, "testplane", user, token)
+}
+
+/// `with_token` for a cluster named `cluster` (kubeadm names it `kubernetes`).
+pub fn with_token_in(server: &str, ca_pem: &str, cluster: &str, user: &str, token: &str) -> String {
+    render(cluster, server, ca_pem, user, json!({ "token": token }))
 }
 
 pub fn with_cert(server: &str, ca_pem: &str, user: &str, cert: &str, key: &str) -> String {
+    with_cert_in(server, ca_pem, "testplane", user, cert, key)
+}
+
+/// `with_cert` for a cluster named `cluster`.
+pub fn with_cert_in(
+    server: &str,
+    ca_pem: &str,
+    cluster: &str,
+    user: &str,
+    cert: &str,
+    key: &str,
+) -> String {
     render(
+        cluster,
         server,
         ca_pem,
         user,
         json!({ "client-certificate-data": b64(cert), "client-key-data": b64(key) }),
     )
+}
+
+/// Server and CA only, under the cluster name `cluster` (empty: kubeadm's cluster-info).
+pub fn cluster_only(server: &str, ca_pem: &str, cluster: &str) -> String {
+    render(cluster, server, ca_pem, "", Value::Null)
 }
 
 pub fn write(path: &Path, body: &str) -> Result<(), crate::Error> {

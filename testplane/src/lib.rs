@@ -44,6 +44,7 @@ pub mod client;
 mod controllers;
 mod events;
 mod faults;
+pub mod kube;
 mod kubeconfig;
 pub mod pki;
 pub mod proxy;

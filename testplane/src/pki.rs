@@ -109,6 +109,11 @@ impl Ca {
         &self.cert_der
     }
 
+    /// The CA's private key (PKCS#8 PEM), for a signer that runs outside this process.
+    pub fn key_pem(&self) -> String {
+        self.key.serialize_pem()
+    }
+
     fn issuer(&self) -> Result<Issuer<'static, &KeyPair>, PkiError> {
         Ok(Issuer::from_ca_cert_der(
             &self.cert_der.clone().into(),

@@ -288,25 +288,7 @@ pub fn default_roles() -> (Vec<ClusterRole>, Vec<ClusterRoleBinding>) {
             )],
         ),
     ];
-    let binding = |name: &str, role: &str, groups: &[&str]| ClusterRoleBinding {
-        metadata: meta(name),
-        role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".into(),
-            kind: "ClusterRole".into(),
-            name: role.into(),
-        },
-        subjects: Some(
-            groups
-                .iter()
-                .map(|g| Subject {
-                    api_group: Some("rbac.authorization.k8s.io".into()),
-                    kind: "Group".into(),
-                    name: g.to_string(),
-                    namespace: None,
-                })
-                .collect(),
-        ),
-    };
+    let binding = group_binding;
     let token_group = crate::DEFAULT_TOKEN_GROUP;
     let bindings = vec![
         binding("cluster-admin", "cluster-admin", &["system:masters"]),
@@ -342,6 +324,29 @@ pub fn default_roles() -> (Vec<ClusterRole>, Vec<ClusterRoleBinding>) {
         ),
     ];
     (roles, bindings)
+}
+
+/// A ClusterRoleBinding `name` of ClusterRole `role` to `groups`.
+pub fn group_binding(name: &str, role: &str, groups: &[&str]) -> ClusterRoleBinding {
+    ClusterRoleBinding {
+        metadata: meta(name),
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            name: role.into(),
+        },
+        subjects: Some(
+            groups
+                .iter()
+                .map(|g| Subject {
+                    api_group: Some("rbac.authorization.k8s.io".into()),
+                    kind: "Group".into(),
+                    name: g.to_string(),
+                    namespace: None,
+                })
+                .collect(),
+        ),
+    }
 }
 
 #[cfg(test)]

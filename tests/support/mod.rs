@@ -2,6 +2,8 @@
 //! child process with its log captured line by line, and waits on events with timeouts.
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod kube;
+
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
@@ -121,7 +123,12 @@ impl Agent {
 
     /// Wait until `n` stderr lines contain `needle`; return the `n`th.
     pub async fn wait_for_log_count(&self, needle: &str, n: usize) -> String {
-        let found = tokio::time::timeout(WAIT, async {
+        self.wait_for_log_within(needle, n, WAIT).await
+    }
+
+    /// `wait_for_log_count` bounded by `limit` instead of `WAIT`.
+    pub async fn wait_for_log_within(&self, needle: &str, n: usize, limit: Duration) -> String {
+        let found = tokio::time::timeout(limit, async {
             // The reader stores and broadcasts each line under this lock, so a line is
             // either already stored here or arrives on `rx`, never both.
             let (mut seen, mut rx) = {
@@ -149,7 +156,7 @@ impl Agent {
         match found {
             Ok(line) if !line.is_empty() => line,
             _ => panic!(
-                "no {n} log lines containing {needle:?}; log:\n{}",
+                "no {n} log lines containing {needle:?} within {limit:?}; log:\n{}",
                 self.log()
             ),
         }

@@ -1,12 +1,14 @@
 //! `bootlet-testplane serve`: the standalone control plane for kubectl and manual doctor runs.
 //! Writes DIR/admin.conf and DIR/bootstrap-kubelet.conf before serving, prints the URL, and runs
-//! until SIGTERM/SIGINT.
+//! until SIGTERM/SIGINT. `bootlet-testplane kube`: the same shape with the real etcd,
+//! kube-apiserver and kube-controller-manager (`testplane::kube`); `kube-build` only builds them.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use testplane::kube::{self, Approve, ClientSigner, Cluster};
 use testplane::{Approval, TestPlane};
 
 #[derive(Parser)]
@@ -42,6 +44,45 @@ enum Cmd {
         #[arg(long)]
         allow_short_expiration: bool,
     },
+    /// A real control plane (etcd, kube-apiserver, kube-controller-manager built from
+    /// upstream; built first if needed) until SIGTERM/SIGINT.
+    Kube {
+        #[arg(long, default_value = "127.0.0.1:6443")]
+        listen: SocketAddr,
+        /// CA, admin.conf, bootstrap-kubelet.conf, etcd's data and the components' logs
+        /// (logs/NAME.log); written fresh at each start.
+        #[arg(long)]
+        state_dir: PathBuf,
+        /// kube-controller-manager's --cluster-signing-duration (Go-style).
+        #[arg(long, default_value = "8760h", value_parser = parse_duration)]
+        cert_ttl: Duration,
+        /// auto: kubeadm's two auto-approve bindings exist; manual: they do not.
+        #[arg(long, value_enum, default_value = "auto")]
+        approve: KubeApprove,
+        /// separate: sign kubelet client certificates with a CA of their own.
+        #[arg(long, value_enum, default_value = "cluster-ca")]
+        client_signer: KubeSigner,
+        /// kube-controller-manager's --node-monitor-grace-period (its default if unset).
+        #[arg(long, value_parser = parse_duration)]
+        node_monitor_grace_period: Option<Duration>,
+        /// More kube-apiserver flags, e.g. --apiserver-arg=--max-requests-inflight=20.
+        #[arg(long = "apiserver-arg", allow_hyphen_values = true)]
+        apiserver_args: Vec<String>,
+    },
+    /// Build the real components if needed and print the binary's path.
+    KubeBuild,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum KubeApprove {
+    Auto,
+    Manual,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum KubeSigner {
+    ClusterCa,
+    Separate,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -86,14 +127,58 @@ async fn main() {
         .with_writer(std::io::stderr)
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .init();
-    let Cmd::Serve {
-        listen,
-        state_dir,
-        cert_ttl,
-        approve,
-        approve_serving,
-        allow_short_expiration,
-    } = Cli::parse().cmd;
+    let (listen, state_dir, cert_ttl, approve, approve_serving, allow_short_expiration) =
+        match Cli::parse().cmd {
+            Cmd::Serve {
+                listen,
+                state_dir,
+                cert_ttl,
+                approve,
+                approve_serving,
+                allow_short_expiration,
+            } => (
+                listen,
+                state_dir,
+                cert_ttl,
+                approve,
+                approve_serving,
+                allow_short_expiration,
+            ),
+            Cmd::Kube {
+                listen,
+                state_dir,
+                cert_ttl,
+                approve,
+                client_signer,
+                node_monitor_grace_period,
+                apiserver_args,
+            } => {
+                let mut opts = kube::Options::new(state_dir);
+                opts.listen = listen;
+                opts.cert_ttl = cert_ttl;
+                opts.approve = match approve {
+                    KubeApprove::Auto => Approve::Auto,
+                    KubeApprove::Manual => Approve::Manual,
+                };
+                opts.client_signer = match client_signer {
+                    KubeSigner::ClusterCa => ClientSigner::ClusterCa,
+                    KubeSigner::Separate => ClientSigner::Separate,
+                };
+                opts.node_monitor_grace_period = node_monitor_grace_period;
+                opts.apiserver_args = apiserver_args;
+                std::process::exit(run_kube(opts).await)
+            }
+            Cmd::KubeBuild => match kube::build::binary() {
+                Ok(bin) => {
+                    println!("{}", bin.display());
+                    return;
+                }
+                Err(e) => {
+                    eprintln!("bootlet-testplane: {e}");
+                    std::process::exit(1);
+                }
+            },
+        };
     let approval = |m| match m {
         Mode::Auto => Approval::Auto,
         Mode::Manual => Approval::Manual,
@@ -137,6 +222,47 @@ async fn main() {
         _ = tokio::signal::ctrl_c() => {}
     }
     tp.shutdown().await;
+}
+
+/// `kube`: start the cluster, print its URL, run until SIGTERM/SIGINT, stop every process.
+async fn run_kube(opts: kube::Options) -> i32 {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (mut term, mut int) = match (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) {
+        (Ok(t), Ok(i)) => (t, i),
+        _ => {
+            eprintln!("bootlet-testplane: cannot install signal handlers");
+            return 1;
+        }
+    };
+    let dir = opts.state_dir.clone();
+    let cluster = tokio::select! {
+        c = Cluster::start(opts) => c,
+        _ = term.recv() => return 0,
+        _ = int.recv() => return 0,
+    };
+    let cluster = match cluster {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("bootlet-testplane: {e}");
+            return 1;
+        }
+    };
+    eprintln!(
+        "bootlet-testplane: Kubernetes {} ready: kubectl --kubeconfig {} get nodes,csr; logs in {}",
+        cluster.release(),
+        cluster.admin_kubeconfig().display(),
+        dir.join("logs").display()
+    );
+    println!("{}", cluster.url());
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    cluster.shutdown().await;
+    0
 }
 
 #[cfg(test)]

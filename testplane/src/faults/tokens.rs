@@ -20,44 +20,56 @@ fn random_chars(n: usize) -> String {
         .collect()
 }
 
+/// A fresh bootstrap token `(id, secret)`: `[a-z0-9]{6}`, `[a-z0-9]{16}`.
+pub fn random_token() -> (String, String) {
+    (random_chars(6), random_chars(16))
+}
+
+/// The Secret kubeadm writes for a bootstrap token (`kubeadm token create`): kube-system,
+/// `bootstrap.kubernetes.io/token`, both usages, `expiration` (RFC 3339, whole seconds)
+/// when `ttl` is given, `auth-extra-groups` when `groups` is not empty.
+pub fn token_secret(id: &str, secret: &str, ttl: Option<Duration>, groups: &[&str]) -> Secret {
+    let mut data: BTreeMap<String, ByteString> = [
+        ("token-id", id.to_string()),
+        ("token-secret", secret.to_string()),
+        ("usage-bootstrap-authentication", "true".into()),
+        ("usage-bootstrap-signing", "true".into()),
+        ("description", "bootlet-testplane token".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), ByteString(v.into_bytes())))
+    .collect();
+    if !groups.is_empty() {
+        data.insert(
+            "auth-extra-groups".into(),
+            ByteString(groups.join(",").into_bytes()),
+        );
+    }
+    if let Some(ttl) = ttl {
+        let exp = jiff::Timestamp::now() + ttl;
+        let exp = exp.round(jiff::Unit::Second).unwrap_or(exp);
+        data.insert(
+            "expiration".into(),
+            ByteString(exp.to_string().into_bytes()),
+        );
+    }
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(token_name(id)),
+            namespace: Some("kube-system".into()),
+            ..Default::default()
+        },
+        type_: Some("bootstrap.kubernetes.io/token".into()),
+        data: Some(data),
+        ..Default::default()
+    }
+}
+
 /// Store a kubeadm-style bootstrap-token Secret; returns "id.secret".
 pub fn create_token(store: &Store, ttl: Option<Duration>, groups: &[&str]) -> String {
     loop {
-        let (id, secret) = (random_chars(6), random_chars(16));
-        let mut data: BTreeMap<String, ByteString> = [
-            ("token-id", id.clone()),
-            ("token-secret", secret.clone()),
-            ("usage-bootstrap-authentication", "true".into()),
-            ("usage-bootstrap-signing", "true".into()),
-            ("description", "bootlet-testplane token".into()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), ByteString(v.into_bytes())))
-        .collect();
-        if !groups.is_empty() {
-            data.insert(
-                "auth-extra-groups".into(),
-                ByteString(groups.join(",").into_bytes()),
-            );
-        }
-        if let Some(ttl) = ttl {
-            let exp = jiff::Timestamp::now() + ttl;
-            let exp = exp.round(jiff::Unit::Second).unwrap_or(exp);
-            data.insert(
-                "expiration".into(),
-                ByteString(exp.to_string().into_bytes()),
-            );
-        }
-        let s = Secret {
-            metadata: ObjectMeta {
-                name: Some(format!("bootstrap-token-{id}")),
-                namespace: Some("kube-system".into()),
-                ..Default::default()
-            },
-            type_: Some("bootstrap.kubernetes.io/token".into()),
-            data: Some(data),
-            ..Default::default()
-        };
+        let (id, secret) = random_token();
+        let s = token_secret(&id, &secret, ttl, groups);
         if store
             .create(Kind::Secret, "kube-system", crate::to_value(&s))
             .is_ok()
@@ -67,7 +79,7 @@ pub fn create_token(store: &Store, ttl: Option<Duration>, groups: &[&str]) -> St
     }
 }
 
-fn token_name(id: &str) -> String {
+pub fn token_name(id: &str) -> String {
     let id = id.split('.').next().unwrap_or(id);
     format!("bootstrap-token-{id}")
 }

@@ -1,0 +1,158 @@
+//! Builds the real Kubernetes components (`testplane/kube`, a Go module that requires
+//! `k8s.io/kubernetes` at one pinned release) into `target/kube/kube`, once: idempotent,
+//! cached (Go's own GOCACHE and GOMODCACHE, kept between runs), rebuilt only when the binary
+//! is missing or older than the module's sources. Progress goes to stderr.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use super::KubeError;
+
+/// The Go module's directory in this checkout.
+pub fn source_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("kube")
+}
+
+/// Where the binary goes: `$CARGO_TARGET_DIR/kube/kube`, else the workspace's `target/`.
+pub fn output() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace().join("target"));
+    target.join("kube").join("kube")
+}
+
+/// The pinned release: the `k8s.io/kubernetes` requirement in go.mod (e.g. `v1.37.2`).
+pub fn release() -> Result<String, KubeError> {
+    let gomod = source_dir().join("go.mod");
+    let text = std::fs::read_to_string(&gomod).map_err(|source| KubeError::Io {
+        path: gomod.display().to_string(),
+        source,
+    })?;
+    text.lines()
+        .map(str::trim)
+        .filter_map(|l| l.strip_prefix("k8s.io/kubernetes "))
+        .map(|v| v.trim().to_string())
+        .next()
+        .ok_or_else(|| {
+            KubeError::Build(format!(
+                "{}: no k8s.io/kubernetes requirement",
+                gomod.display()
+            ))
+        })
+}
+
+/// The binary, built first if it is missing or older than go.mod, go.sum or a .go file.
+/// Concurrent callers (test binaries, the bench) wait for one build under a file lock.
+pub fn binary() -> Result<PathBuf, KubeError> {
+    let out = output();
+    let dir = out.parent().expect("output has a parent").to_path_buf();
+    let io = |p: &Path| {
+        let path = p.display().to_string();
+        move |source| KubeError::Io { path, source }
+    };
+    std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+    let lock_path = dir.join(".build.lock");
+    let lock = std::fs::File::create(&lock_path).map_err(io(&lock_path))?;
+    lock.lock().map_err(io(&lock_path))?;
+    let release = release()?;
+    let go = which("go").ok_or_else(|| {
+        KubeError::Build(
+            "the Go toolchain (go ≥ 1.26) is not on PATH: the README's test command \
+             (`bash tests/run.sh`) installs it, or install Go and run it again"
+                .into(),
+        )
+    })?;
+    let minor = release
+        .trim_start_matches('v')
+        .split('.')
+        .nth(1)
+        .unwrap_or("0")
+        .to_string();
+    let ldflags = format!(
+        "-s -w -X k8s.io/component-base/version.gitVersion={release} \
+         -X k8s.io/component-base/version.gitMajor=1 \
+         -X k8s.io/component-base/version.gitMinor={minor} \
+         -X k8s.io/component-base/version.gitTreeState=clean \
+         -X k8s.io/client-go/pkg/version.gitVersion={release} \
+         -X k8s.io/client-go/pkg/version.gitMajor=1 \
+         -X k8s.io/client-go/pkg/version.gitMinor={minor}"
+    );
+    // What the binary was built with: a change of flags or toolchain rebuilds it too.
+    let go_version = std::process::Command::new(&go)
+        .args(["env", "GOVERSION"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let recipe = format!("{go_version}\n{ldflags}\n");
+    let stamp = dir.join("kube.stamp");
+    if fresh(&out)? && std::fs::read_to_string(&stamp).ok().as_deref() == Some(recipe.as_str()) {
+        return Ok(out);
+    }
+    eprintln!(
+        "bootlet-testplane: building Kubernetes {release} (etcd, kube-apiserver, \
+         kube-controller-manager, hollow-node, kubectl) into {}; the first build takes \
+         15-25 minutes on 2 cores, later ones seconds",
+        out.display()
+    );
+    let tmp = dir.join("kube.partial");
+    let status = std::process::Command::new(go)
+        .current_dir(source_dir())
+        .args(["build", "-trimpath", "-ldflags", &ldflags, "-o"])
+        .arg(&tmp)
+        .arg(".")
+        .env("GOFLAGS", "-mod=readonly")
+        .status()
+        .map_err(io(Path::new("go")))?;
+    if !status.success() {
+        return Err(KubeError::Build(format!(
+            "go build in {} failed ({status}); see the lines above",
+            source_dir().display()
+        )));
+    }
+    std::fs::rename(&tmp, &out).map_err(io(&out))?;
+    std::fs::write(&stamp, recipe).map_err(io(&stamp))?;
+    eprintln!("bootlet-testplane: built {}", out.display());
+    Ok(out)
+}
+
+/// The binary exists and is newer than every source file of the module.
+fn fresh(out: &Path) -> Result<bool, KubeError> {
+    let Ok(built) = std::fs::metadata(out).and_then(|m| m.modified()) else {
+        return Ok(false);
+    };
+    Ok(newest_source()? <= built)
+}
+
+fn newest_source() -> Result<SystemTime, KubeError> {
+    let dir = source_dir();
+    let entries = std::fs::read_dir(&dir).map_err(|source| KubeError::Io {
+        path: dir.display().to_string(),
+        source,
+    })?;
+    let mut newest = SystemTime::UNIX_EPOCH;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name == "go.mod" || name == "go.sum" || name.ends_with(".go") {
+            if let Ok(t) = e.metadata().and_then(|m| m.modified()) {
+                newest = newest.max(t);
+            }
+        }
+    }
+    Ok(newest)
+}
+
+/// `name` on PATH.
+pub fn which(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.is_file())
+}
+
+/// The workspace root (the testplane crate's parent directory).
+fn workspace() -> PathBuf {
+    let me = Path::new(env!("CARGO_MANIFEST_DIR"));
+    me.parent().unwrap_or(me).to_path_buf()
+}

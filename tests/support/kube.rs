@@ -1,0 +1,223 @@
+//! The real control plane in integration tests: one `testplane::kube::Cluster` per test
+//! binary, on one runtime that lives as long as the binary (the component processes belong
+//! to it), so `#[test]` functions run their bodies with `block_on` and share the cluster.
+//! Tests isolate themselves by node name and by a bootstrap token of their own.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use serde_json::Value;
+use testplane::kube::{procs::Proc, Cluster, Options};
+use tokio::sync::OnceCell;
+
+use super::{Agent, NodeDir};
+
+/// Bound on what the real components take for things that are immediate on the testplane
+/// (a CSR approved, a Lease written, a Node registered).
+pub const REAL_WAIT: Duration = Duration::from_secs(60);
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a runtime")
+    })
+}
+
+/// Run a test body on the binary's runtime.
+pub fn block_on<F: Future>(f: F) -> F::Output {
+    runtime().block_on(f)
+}
+
+/// The binary's cluster, started on first use with the options `configure` makes from the
+/// default ones (state under cargo's per-binary temp dir, `name`).
+pub async fn cluster(name: &str, configure: impl FnOnce(&mut Options)) -> &'static Cluster {
+    static CLUSTER: OnceCell<Cluster> = OnceCell::const_new();
+    CLUSTER
+        .get_or_init(|| async {
+            let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("kube-{name}"));
+            let mut opts = Options::new(dir);
+            configure(&mut opts);
+            Cluster::start(opts)
+                .await
+                .unwrap_or_else(|e| panic!("start the real control plane: {e}"))
+        })
+        .await
+}
+
+/// A node directory with a bootstrap token of its own.
+pub async fn node_dir(c: &Cluster) -> (NodeDir, String) {
+    let token = c
+        .create_token(testplane::kube::TOKEN_TTL)
+        .await
+        .expect("a bootstrap token");
+    (NodeDir::new(&c.kubeconfig_for_token(&token)), token)
+}
+
+/// kubectl as the admin; panics unless it succeeds; returns stdout.
+pub async fn kubectl(c: &Cluster, args: &[&str]) -> String {
+    let out = c.kubectl(args).await;
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// kubectl with another kubeconfig: (success, stdout + stderr).
+pub async fn kubectl_as(c: &Cluster, conf: &Path, args: &[&str]) -> (bool, String) {
+    let out = c.kubectl_with(conf, args).await;
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+/// `kubectl get ARGS -o json`, parsed.
+pub async fn get_json(c: &Cluster, args: &[&str]) -> Value {
+    let mut a = vec!["get"];
+    a.extend_from_slice(args);
+    a.extend_from_slice(&["-o", "json"]);
+    serde_json::from_str(&kubectl(c, &a).await).expect("kubectl prints JSON")
+}
+
+/// The CSRs whose requester is one of `users`, oldest first.
+pub async fn csrs_of(c: &Cluster, users: &[&str]) -> Vec<Value> {
+    let list = get_json(c, &["csr", "--sort-by=.metadata.creationTimestamp"]).await;
+    list["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|csr| {
+            csr["spec"]["username"]
+                .as_str()
+                .is_some_and(|u| users.contains(&u))
+        })
+        .collect()
+}
+
+/// The requester a bootstrap token authenticates as.
+pub fn bootstrap_user(token: &str) -> String {
+    format!(
+        "system:bootstrap:{}",
+        token.split('.').next().unwrap_or(token)
+    )
+}
+
+/// Poll `check` every 500 ms until it returns Some, bounded by `limit`.
+pub async fn eventually<T, F, Fut>(limit: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let until = tokio::time::Instant::now() + limit;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < until,
+            "not within {limit:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// bootlet against the real cluster, for `node`, with extra flags.
+pub fn bootlet(dir: &NodeDir, node: &str, extra: &[&str]) -> Agent {
+    let mut args = dir.args(node);
+    args.extend(extra.iter().map(|s| s.to_string()));
+    Agent::spawn(&args)
+}
+
+/// A hollow kubelet (kubemark: the real kubelet main loop, a fake runtime) for `node`.
+pub struct Hollow {
+    proc: Option<Proc>,
+    pub log: PathBuf,
+}
+
+/// Start a hollow kubelet with `kubeconfig`, and `extra` flags (e.g. a bootstrap
+/// kubeconfig and cert dir for its own TLS bootstrap). Its log goes to `logdir`.
+/// client-go re-reads the client certificate files of open connections every 10 s here
+/// instead of every 5 minutes (the test certificates live minutes, not months).
+pub fn hollow(c: &Cluster, logdir: &Path, node: &str, kubeconfig: &Path, extra: &[&str]) -> Hollow {
+    let port = testplane::kube::procs::free_port().expect("a free port");
+    let mut args = vec![
+        "--morph=kubelet".to_string(),
+        format!("--name={node}"),
+        format!("--kubeconfig={}", kubeconfig.display()),
+        format!("--kubelet-port={port}"),
+        "--kubelet-read-only-port=0".into(),
+        "--use-host-image-service=false".into(),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let proc = Proc::spawn_env(
+        c.bin(),
+        logdir,
+        "hollow-node",
+        args,
+        &[("BOOTLET_CERT_RELOAD", "10s")],
+    )
+    .expect("start hollow-node");
+    Hollow {
+        log: proc.log.clone(),
+        proc: Some(proc),
+    }
+}
+
+impl Hollow {
+    /// SIGTERM (bounded) and reap.
+    pub async fn stop(mut self) {
+        if let Some(p) = self.proc.take() {
+            p.stop().await;
+        }
+    }
+
+    /// SIGKILL: a kubelet that dies.
+    pub async fn kill(mut self) {
+        if let Some(p) = self.proc.take() {
+            p.kill().await;
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// The Node's Ready condition status ("True", "False", "Unknown"), None without a Node.
+pub async fn node_ready(c: &Cluster, node: &str) -> Option<String> {
+    let out = c
+        .kubectl(&[
+            "get",
+            "node",
+            node,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        ])
+        .await;
+    let s = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    (out.status.success() && !s.is_empty()).then_some(s)
+}
+
+/// The node's Lease, None while it does not exist.
+pub async fn lease(c: &Cluster, node: &str) -> Option<Value> {
+    let out = c
+        .kubectl(&["get", "lease", "-n", "kube-node-lease", node, "-o", "json"])
+        .await;
+    out.status
+        .success()
+        .then(|| serde_json::from_slice(&out.stdout).expect("kubectl prints JSON"))
+}
+
+/// Run `openssl ARGS`: (success, stdout + stderr).
+pub async fn openssl(args: &[&str]) -> (bool, String) {
+    super::run("openssl", args).await
+}
