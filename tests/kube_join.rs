@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 use support::kube::{
-    block_on, bootlet, bootstrap_user, csrs_of, eventually, kubectl_as, lease, node_dir, openssl,
-    REAL_WAIT,
+    block_on, bootlet, bootstrap_user, csrs_of, eventually, get_json, hollow, kubectl, kubectl_as,
+    lease, node_dir, node_ready, openssl, REAL_WAIT,
 };
 use support::path;
 use testplane::kube::Cluster;
@@ -200,6 +200,401 @@ fn rotation_is_approved_as_selfnodeclient_one_csr_per_issuance_and_the_lease_has
             "approved as selfnodeclient"
         );
         assert_eq!(whoami(c, &dir.kubeconfig).await, node_user);
+        let (status, log) = agent.terminate().await;
+        assert!(status.success(), "{log}");
+    })
+}
+
+/// Create the Node as a kubelet registers it and post a Ready condition (admin), as if a
+/// kubelet had started and then left the heartbeat to the Lease; returns its UID.
+async fn register_node(c: &Cluster, node: &str) -> String {
+    let manifest = serde_json::json!({"apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": node, "labels": {"kubernetes.io/hostname": node}}});
+    let file = c.state_dir().join(format!("node-{node}.json"));
+    std::fs::write(&file, manifest.to_string()).unwrap();
+    kubectl(c, &["create", "-f", &path(&file)]).await;
+    let now = jiff::Timestamp::now()
+        .round(jiff::Unit::Second)
+        .unwrap()
+        .to_string();
+    let status = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "True",
+        "reason": "KubeletReady", "message": "posted by the test",
+        "lastHeartbeatTime": now, "lastTransitionTime": now}]}});
+    kubectl(
+        c,
+        &[
+            "patch",
+            "node",
+            node,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &status.to_string(),
+        ],
+    )
+    .await;
+    get_json(c, &["node", node]).await["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn owner_uid(lease: &Value) -> Option<String> {
+    let refs = lease["metadata"]["ownerReferences"].as_array()?;
+    let node = refs.iter().find(|r| r["kind"] == "Node")?;
+    Some(node["uid"].as_str()?.to_string())
+}
+
+#[test]
+fn the_lease_is_owned_by_the_node_keeps_it_ready_and_lets_it_go_unknown_after_bootlet_stops() {
+    block_on(async {
+        let c = cluster().await;
+        let node = "real-lease";
+        let uid = register_node(c, node).await;
+        let posted = tokio::time::Instant::now();
+        let (dir, _) = node_dir(c).await;
+        let agent = bootlet(&dir, node, &[]);
+        // The Node exists at start: the first Lease already names it (the Node authorizer
+        // and NodeRestriction accept the write, the owner reference included).
+        let owned = eventually(REAL_WAIT, "a Lease owned by the Node", || async {
+            lease(c, node)
+                .await
+                .filter(|l| owner_uid(l).as_deref() == Some(uid.as_str()))
+        })
+        .await;
+        assert_eq!(owned["metadata"]["ownerReferences"][0]["name"], node);
+        assert_eq!(owned["spec"]["leaseDurationSeconds"], 40);
+
+        // Past the grace period (50 s) after the only status post, renewals keep it Ready.
+        tokio::time::sleep_until(posted + Duration::from_secs(65)).await;
+        assert_eq!(
+            node_ready(c, node).await.as_deref(),
+            Some("True"),
+            "Ready while renewals flow"
+        );
+
+        let (status, log) = agent.terminate().await;
+        assert!(status.success(), "{log}");
+        let stopped = tokio::time::Instant::now();
+        eventually(
+            Duration::from_secs(90),
+            "Ready=Unknown after bootlet stops",
+            || async { (node_ready(c, node).await.as_deref() == Some("Unknown")).then_some(()) },
+        )
+        .await;
+        let took = stopped.elapsed();
+        // The node monitor marks it once no renewal came for the grace period (50 s),
+        // checked every 5 s; the last renewal was up to one interval (10 s) before the stop.
+        assert!(
+            took >= Duration::from_secs(30) && took <= Duration::from_secs(65),
+            "Ready went Unknown {took:?} after bootlet stopped"
+        );
+    })
+}
+
+#[test]
+fn a_node_deleted_and_registered_again_gets_a_lease_owned_by_its_new_uid() {
+    block_on(async {
+        let c = cluster().await;
+        let node = "real-reregister";
+        let old = register_node(c, node).await;
+        let (dir, _) = node_dir(c).await;
+        let agent = bootlet(&dir, node, &[]);
+        eventually(REAL_WAIT, "a Lease owned by the first Node", || async {
+            lease(c, node)
+                .await
+                .filter(|l| owner_uid(l).as_deref() == Some(old.as_str()))
+        })
+        .await;
+        // doctor's fix for a stale Node; the garbage collector then deletes the Lease.
+        kubectl(c, &["delete", "node", node, "--wait=true"]).await;
+        let new = register_node(c, node).await;
+        assert_ne!(old, new);
+        let owned = eventually(
+            Duration::from_secs(150),
+            "a Lease owned by the new Node",
+            || async {
+                lease(c, node)
+                    .await
+                    .filter(|l| owner_uid(l).as_deref() == Some(new.as_str()))
+            },
+        )
+        .await;
+        // It stays: no Lease with the dead owner is written again (the GC would delete it).
+        let rv = owned["metadata"]["uid"].clone();
+        tokio::time::sleep(Duration::from_secs(25)).await;
+        let later = lease(c, node).await.expect("the Lease stays");
+        assert_eq!(owner_uid(&later).as_deref(), Some(new.as_str()));
+        assert_eq!(
+            later["metadata"]["uid"], rv,
+            "the same Lease object, not re-created"
+        );
+        let (status, log) = agent.terminate().await;
+        assert!(status.success(), "{log}");
+        assert!(
+            !log.contains(&format!("uid={old}")) || log.contains(&new),
+            "{log}"
+        );
+    })
+}
+
+/// The serial of a PEM certificate file, as openssl prints it (upper-case hex).
+async fn serial(p: &std::path::Path) -> String {
+    let (ok, out) = openssl(&["x509", "-noout", "-serial", "-in", &path(p)]).await;
+    assert!(ok, "{out}");
+    out.trim()
+        .trim_start_matches("serial=")
+        .to_ascii_lowercase()
+}
+
+/// `not_after=...` of a "client certificate installed" line.
+fn not_after(line: &str) -> jiff::Timestamp {
+    let at = line.find("not_after=").expect("not_after field") + "not_after=".len();
+    line[at..]
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+async fn lease_age(c: &Cluster, node: &str) -> Option<f64> {
+    let l = lease(c, node).await?;
+    let t: jiff::Timestamp = l["spec"]["renewTime"].as_str()?.parse().ok()?;
+    Some(
+        (jiff::Timestamp::now() - t)
+            .total(jiff::Unit::Second)
+            .ok()?,
+    )
+}
+
+#[test]
+fn the_real_kubelet_runs_on_bootlets_identity_across_rotation_and_restart() {
+    block_on(async {
+        let c = cluster().await;
+        let node = "real-hollow";
+        let (dir, token) = node_dir(c).await;
+        // The kubelet renews the Lease itself here (the documented drop-in deployment).
+        let args = ["--renew-lease=false"];
+        let agent = bootlet(&dir, node, &args);
+        let first = agent.wait_for_log("client certificate installed").await;
+        let kubelet = hollow(c, dir.tmp.path(), node, &dir.kubeconfig, &[]);
+        eventually(REAL_WAIT, "the hollow kubelet's Node Ready", || async {
+            (node_ready(c, node).await.as_deref() == Some("True")).then_some(())
+        })
+        .await;
+        let managers = get_json(c, &["node", node, "--show-managed-fields"]).await;
+        assert!(
+            managers["metadata"]["managedFields"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|m| m["manager"] == "hollow-kubelet"),
+            "registered by the kubelet: {managers:#}"
+        );
+
+        // bootlet rotates; the old certificate then expires. The kubelet keeps writing its
+        // Lease: new connections read the new files at once, open ones within 10 s here.
+        agent
+            .wait_for_log_within("client certificate rotated", 1, Duration::from_secs(120))
+            .await;
+        let expired = not_after(&first);
+        let wait = (expired - jiff::Timestamp::now())
+            .total(jiff::Unit::Second)
+            .unwrap()
+            + 25.0;
+        tokio::time::sleep(Duration::from_secs_f64(wait.max(0.0))).await;
+        let age = lease_age(c, node).await.expect("the kubelet's Lease");
+        assert!(
+            age < 15.0,
+            "the kubelet's Lease is {age:.0} s old after the first certificate expired"
+        );
+        assert_eq!(node_ready(c, node).await.as_deref(), Some("True"));
+        let unauthorized = kubelet.log_text().matches("Unauthorized").count();
+        assert_eq!(
+            unauthorized,
+            0,
+            "the kubelet was refused: {}",
+            kubelet.log_text()
+        );
+
+        // A bootlet restart: the certificate on disk is reused, no CSR, the kubelet goes on.
+        let csrs = csrs_of(
+            c,
+            &[&bootstrap_user(&token), &format!("system:node:{node}")],
+        )
+        .await
+        .len();
+        let (status, log) = agent.terminate().await;
+        assert!(status.success(), "{log}");
+        let agent = bootlet(&dir, node, &args);
+        agent
+            .wait_for_log("ready: client certificate and kubeconfig in place")
+            .await;
+        assert!(!agent.log().contains("filed CSR"), "{}", agent.log());
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        let after = csrs_of(
+            c,
+            &[&bootstrap_user(&token), &format!("system:node:{node}")],
+        )
+        .await
+        .len();
+        // (A rotation falling due in these seconds files one; a restart files none.)
+        assert!(
+            after <= csrs + usize::from(agent.log().contains("rotating the client certificate"))
+        );
+        let age = lease_age(c, node).await.unwrap();
+        assert!(
+            age < 15.0,
+            "the kubelet's Lease is {age:.0} s old after bootlet restarted"
+        );
+        kubelet.stop().await;
+        agent.terminate().await;
+    })
+}
+
+#[test]
+fn a_node_bootstrapped_by_the_kubelet_itself_is_adopted_by_bootlet_without_a_csr() {
+    block_on(async {
+        let c = cluster().await;
+        let node = "real-adopt";
+        let (dir, token) = node_dir(c).await;
+        let kubelet = hollow(
+            c,
+            dir.tmp.path(),
+            node,
+            &dir.kubeconfig,
+            &[
+                &format!("--bootstrap-kubeconfig={}", path(&dir.bootstrap)),
+                &format!("--cert-dir={}", path(&dir.cert_dir)),
+            ],
+        );
+        eventually(REAL_WAIT, "the kubelet's own TLS bootstrap", || async {
+            (node_ready(c, node).await.is_some() && dir.current().exists()).then_some(())
+        })
+        .await;
+        kubelet.stop().await;
+        let theirs = serial(&dir.current()).await;
+        assert_eq!(csrs_of(c, &[&bootstrap_user(&token)]).await.len(), 1);
+
+        let agent = bootlet(&dir, node, &[]);
+        let line = agent.wait_for_log("node identity in place").await;
+        assert_eq!(
+            logged_serial(&line),
+            theirs,
+            "adopted the kubelet's certificate: {line}"
+        );
+        assert!(!agent.log().contains("filed CSR"), "{}", agent.log());
+        assert_eq!(
+            csrs_of(c, &[&bootstrap_user(&token)]).await.len(),
+            1,
+            "no new CSR"
+        );
+        assert_eq!(
+            whoami(c, &dir.kubeconfig).await,
+            format!("system:node:{node}")
+        );
+        agent.terminate().await;
+    })
+}
+
+#[test]
+fn the_serving_certificate_waits_for_kubectl_certificate_approve_and_has_the_nodes_addresses() {
+    block_on(async {
+        let c = cluster().await;
+        let node = "real-serving";
+        let (dir, _) = node_dir(c).await;
+        let agent = bootlet(
+            &dir,
+            node,
+            &["--renew-lease=false", "--rotate-server-certificates=true"],
+        );
+        agent
+            .wait_for_log("ready: client certificate and kubeconfig in place")
+            .await;
+        let kubelet = hollow(c, dir.tmp.path(), node, &dir.kubeconfig, &[]);
+        let node_user = format!("system:node:{node}");
+        let serving = || async {
+            csrs_of(c, &[&node_user])
+                .await
+                .into_iter()
+                .find(|r| r["spec"]["signerName"] == "kubernetes.io/kubelet-serving")
+        };
+        let csr = eventually(Duration::from_secs(120), "a kubelet-serving CSR", serving).await;
+        let name = csr["metadata"]["name"].as_str().unwrap().to_string();
+        // kube-controller-manager never approves it.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let pending = get_json(c, &["csr", &name]).await;
+        assert!(
+            condition(&pending, "Approved").is_none(),
+            "still Pending: {pending:#}"
+        );
+
+        kubectl(c, &["certificate", "approve", &name]).await;
+        let current = dir.cert_dir.join("kubelet-server-current.pem");
+        eventually(REAL_WAIT, "kubelet-server-current.pem", || async {
+            current.exists().then_some(())
+        })
+        .await;
+        let ca = c.state_dir().join("ca.crt");
+        let (ok, out) = openssl(&["verify", "-CAfile", &path(&ca), &path(&current)]).await;
+        assert!(ok, "openssl verify: {out}");
+        let (_, sans) = openssl(&[
+            "x509",
+            "-noout",
+            "-ext",
+            "subjectAltName",
+            "-in",
+            &path(&current),
+        ])
+        .await;
+        let addrs = get_json(c, &["node", node]).await["status"]["addresses"].clone();
+        let addrs = addrs.as_array().expect("the kubelet posted addresses");
+        assert!(!addrs.is_empty());
+        for a in addrs {
+            let want = match a["type"].as_str().unwrap() {
+                "Hostname" | "InternalDNS" | "ExternalDNS" => {
+                    format!("DNS:{}", a["address"].as_str().unwrap())
+                }
+                _ => format!("IP Address:{}", a["address"].as_str().unwrap()),
+            };
+            assert!(sans.contains(&want), "{want} in {sans}");
+        }
+        kubelet.stop().await;
+        agent.terminate().await;
+    })
+}
+
+#[test]
+fn with_two_lease_writers_a_dead_kubelet_still_turns_the_node_not_ready() {
+    block_on(async {
+        let c = cluster().await;
+        let node = "real-twowriters";
+        let (dir, _) = node_dir(c).await;
+        // The shipped configuration: bootlet renews the Lease too, with no health probe.
+        let agent = bootlet(&dir, node, &[]);
+        agent
+            .wait_for_log("ready: client certificate and kubeconfig in place")
+            .await;
+        let kubelet = hollow(c, dir.tmp.path(), node, &dir.kubeconfig, &[]);
+        eventually(REAL_WAIT, "Node Ready", || async {
+            (node_ready(c, node).await.as_deref() == Some("True")).then_some(())
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(25)).await;
+        kubelet.kill().await;
+        let killed = tokio::time::Instant::now();
+        eventually(
+            Duration::from_secs(90),
+            "Ready=Unknown after the kubelet died",
+            || async { (node_ready(c, node).await.as_deref() == Some("Unknown")).then_some(()) },
+        )
+        .await;
+        let took = killed.elapsed();
+        assert!(
+            took <= Duration::from_secs(65),
+            "the dead kubelet was hidden for {took:?}"
+        );
         let (status, log) = agent.terminate().await;
         assert!(status.success(), "{log}");
     })
