@@ -599,3 +599,11 @@ fn with_two_lease_writers_a_dead_kubelet_still_turns_the_node_not_ready() {
         assert!(status.success(), "{log}");
     })
 }
+
+/// `serial=...` of a bootlet log line, without the DER integer's leading zero byte (openssl
+/// prints none).
+fn logged_serial(line: &str) -> String {
+    let at = line.find("serial=").expect("serial field") + "serial=".len();
+    let hex = line[at..].split_whitespace().next().unwrap();
+    hex.trim_start_matches("00").to_string()
+}
