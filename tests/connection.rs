@@ -5,7 +5,6 @@
 //! `tls-server-name` sent as SNI.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use bootlet::api::conn::Connection;
@@ -17,7 +16,6 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use support::{wait_event, Agent, NodeDir};
 use testplane::{Event, TestPlane};
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::time::{timeout, Instant};
 
 mod support;
@@ -175,25 +173,6 @@ async fn a_connection_the_server_closed_while_idle_is_replaced_without_an_error(
     assert_ne!(requests[0].0, requests[1].0);
 }
 
-/// A loopback listener (IPv6 if the host has it) whose accept queue is full and never
-/// drained: the kernel drops further SYNs, so a connection to it neither succeeds nor
-/// fails — a black-holed path. Keep the returned listener and socket alive.
-async fn black_hole() -> (SocketAddr, TcpListener, TcpStream) {
-    let v6 = TcpSocket::new_v6().and_then(|s| s.bind("[::1]:0".parse().unwrap()).map(|()| s));
-    let socket = v6.unwrap_or_else(|_| {
-        let s = TcpSocket::new_v4().unwrap();
-        s.bind("127.0.0.1:0".parse().unwrap()).unwrap();
-        s
-    });
-    // Backlog 0 still queues one connection: fill it.
-    let listener = socket.listen(0).unwrap();
-    let addr = listener.local_addr().unwrap();
-    let held = TcpStream::connect(addr).await.unwrap();
-    let probe = timeout(Duration::from_millis(300), TcpStream::connect(addr)).await;
-    assert!(probe.is_err(), "{addr} answers: no black hole on this host");
-    (addr, listener, held)
-}
-
 /// Before: the addresses of the server's name were tried one after another under one 5 s
 /// bound, so a dual-stack server whose first path is black-holed failed every renewal (the
 /// reqwest client, racing them, worked). Now they are raced RFC 8305 style: the black hole
@@ -202,7 +181,7 @@ async fn black_hole() -> (SocketAddr, TcpListener, TcpStream) {
 #[tokio::test]
 async fn a_black_holed_first_address_costs_one_attempt_delay_not_the_renewal() {
     let tp = TestPlane::builder().start().await.unwrap();
-    let (hole, _listener, _held) = black_hole().await;
+    let (hole, _listener, _held) = support::black_hole().await;
     let opts = ClientOptions {
         resolver: Resolver::fixed(BTreeMap::from([(
             "localhost".to_string(),
