@@ -17,8 +17,8 @@ use super::{
     quick_retry_wait, retry_in_period, LeaseLoop, RenewError, FOREIGN_STREAK, MAX_UNCONFIRMED,
     NAMESPACE, RETRIES_PER_PERIOD,
 };
+use crate::api;
 use crate::api::conn::Connection;
-use crate::api::{self};
 use crate::runtime::backoff::Backoff;
 use crate::runtime::health::Health;
 use crate::runtime::report;
