@@ -37,9 +37,10 @@ const MAX_UNCONFIRMED: usize = 4 * RETRIES_PER_PERIOD as usize;
 pub const TASK: &str = "lease";
 /// Slack on top of the sleep before a renewal, for a busy runtime.
 const BEAT_SLACK: Duration = Duration::from_secs(1);
-/// The watchdog promise for one period's work: the owner lookup, a GET and two PUT/GET
-/// rounds (a Node lookup among them after a 404), each bounded by the API client's request timeout. Loose on purpose: the attempt
-/// itself is abandoned before the next slot ([`attempt_budget`]).
+/// The watchdog promise for one period's work: the owner lookup (one at most, at the start
+/// or after a 404), a GET and two PUT/GET rounds, each bounded by the API client's request
+/// timeout. Loose on purpose: the attempt itself is abandoned before the next slot
+/// ([`attempt_budget`]).
 const ATTEMPT_BOUND: Duration = Duration::from_secs(5 * api::DEFAULT_REQUEST_TIMEOUT.as_secs() + 5);
 
 /// The Lease loop's configuration.

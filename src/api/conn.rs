@@ -217,9 +217,9 @@ impl Connection {
     }
 }
 
-/// TCP (the addresses raced, all of it bounded by the client's connect timeout, with kernel
-/// keepalive and `TCP_USER_TIMEOUT`), TLS with the client's identity, HTTP/1.1; hyper's connection
-/// driver is spawned and ends when the connection is dropped or closed.
+/// TCP (the addresses raced, with kernel keepalive and `TCP_USER_TIMEOUT`), TLS with the
+/// client's identity, HTTP/1.1, all of it bounded by the client's connect timeout; hyper's
+/// connection driver is spawned and ends when the connection is dropped or closed.
 async fn open(
     target: &Target,
     tls: &TlsConnector,

@@ -1,7 +1,7 @@
 //! How bootlet turns a host into one TCP connection: the name resolved ([`Resolver`]: the
-//! system's, or a test's fixed table), then the addresses raced RFC 8305 style ([`race`]), so
-//! a dual-stack server whose IPv6 (or IPv4) path is black-holed costs 250 ms, not the whole
-//! connect bound. Also the resolver the pooled client uses to send `tls-server-name` as SNI
+//! system's, or a test's fixed table), then the addresses raced RFC 8305 style
+//! ([`race`]), so a dual-stack server whose IPv6 (or IPv4) path is black-holed costs
+//! 250 ms, not the whole connect bound. Also the resolver the pooled client uses to send `tls-server-name` as SNI
 //! ([`AliasResolver`]). It sets no socket options and knows no HTTP.
 
 use std::collections::BTreeMap;

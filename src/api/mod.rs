@@ -440,13 +440,13 @@ fn build_http(
         .build()
 }
 
-/// reqwest sends the URL's host as SNI, with no way to name another. So when the kubeconfig
-/// sets a `tls-server-name` that is a DNS name (an IP is never sent as SNI) and no proxy is
-/// in the way, the pooled client's URLs carry that name instead of the host (pure): TLS sends
-/// it as SNI (and verifies it, as before), the returned resolver maps it back to the
-/// kubeconfig host's own addresses, and the request's `Host`/`:authority` names it too.
-/// Behind a proxy the CONNECT must name the real host, so there the URL stays as written
-/// (and SNI is the URL's host; the Lease connection does send the name).
+/// reqwest sends the URL's host as SNI, with no way to name another. So when the
+/// kubeconfig sets a `tls-server-name` that is a DNS name (an IP is never sent as SNI) and
+/// no proxy is in the way, the pooled client's URLs carry that name instead of the host
+/// (pure): TLS sends it as SNI (and verifies it, as before), the returned resolver maps it
+/// back to the kubeconfig host's own addresses, and the request's `Host`/`:authority`
+/// names it too. Behind a proxy the CONNECT must name the real host, so there the URL
+/// stays as written (and SNI is the URL's host; the Lease connection does send the name).
 fn sni_alias(
     url: &str,
     tls_server_name: Option<&str>,
@@ -529,7 +529,8 @@ mod tests {
                 "10.0.0.1".to_string()
             ))
         );
-        // The URL's path (a proxy's prefix) and implied port are kept; IPv6 hosts unbracketed.
+        // The URL's path (a proxy's prefix) and implied port are kept; IPv6 hosts lose
+        // their brackets.
         let (url, _, host) =
             alias("https://lb.example/k8s/clusters/c-1", Some("API.Internal")).unwrap();
         assert_eq!(url, "https://api.internal/k8s/clusters/c-1");

@@ -352,8 +352,8 @@ fn node_address(ip: IpAddr) -> Result<IpAddr, String> {
     Ok(ip)
 }
 
-/// A health probe is a plain `http://` URL (the kubelet's is `http://127.0.0.1:10248/healthz`).
-/// `https://` is refused here rather than accepted and failing forever: the probe has no
+/// A health probe is a plain `http://` URL (the kubelet's:
+/// `http://127.0.0.1:10248/healthz`). `https://` is refused here rather than accepted and failing forever: the probe has no
 /// trust root to verify a local endpoint's certificate with (not the cluster CA, which does
 /// not sign the kubelet's healthz, and never none at all), so it could never answer 2xx.
 fn check_probe_url(s: &str) -> Result<(), String> {
