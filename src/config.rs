@@ -77,7 +77,7 @@ pub struct Settings {
     pub rotation_fraction: f64,
     pub rotation_jitter: f64,
     pub renew_lease: bool,
-    /// An http(s) URL, when set.
+    /// A plain `http://` URL, when set (https has no trust root here: refused).
     pub lease_health_probe: Option<String>,
     /// In [1 s, 1 h] (the floor is lower only with the test flag).
     pub lease_renew_interval: Duration,

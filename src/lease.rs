@@ -1,13 +1,11 @@
 //! Owns the node Lease `kube-node-lease/NODE`: the body (pure), the renewal loop on a
 //! drift-free monotonic schedule whose phase is drawn over the whole interval (so a fleet
 //! never renews in lockstep), one PUT per renewal, owner reference once the Node exists, the
-//! health-probe gate and the two-writer back-off. Credentials come in by watch.
+//! health-probe gate, and standing aside for good once another writer is seen (a writer
+//! that stops is what a dead kubelet looks like). Credentials come in by watch.
 
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use rand::Rng;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -35,15 +33,14 @@ const ABANDON_BEFORE_NEXT: Duration = Duration::from_millis(500);
 const FOREIGN_STREAK: u32 = 3;
 /// Unconfirmed writes remembered between two confirmed ones (a few periods' worth).
 const MAX_UNCONFIRMED: usize = 4 * RETRIES_PER_PERIOD as usize;
-/// Longest pause between write attempts while another writer owns the Lease.
-const MAX_WAR_BACKOFF: Duration = Duration::from_secs(300);
 /// The heartbeat name the watchdog reports (health.rs `beat`).
 pub const TASK: &str = "lease";
 /// Slack on top of the sleep before a renewal, for a busy runtime.
 const BEAT_SLACK: Duration = Duration::from_secs(1);
-/// The watchdog promise for one period's work: the owner lookup, a GET and two PUT/GET
-/// rounds, each bounded by the API client's request timeout. Loose on purpose: the attempt
-/// itself is abandoned before the next slot ([`attempt_budget`]).
+/// The watchdog promise for one period's work: the owner lookup (one at most, at the start
+/// or after a 404), a GET and two PUT/GET rounds, each bounded by the API client's request
+/// timeout. Loose on purpose: the attempt itself is abandoned before the next slot
+/// ([`attempt_budget`]).
 const ATTEMPT_BOUND: Duration = Duration::from_secs(5 * api::DEFAULT_REQUEST_TIMEOUT.as_secs() + 5);
 
 /// The Lease loop's configuration.
@@ -120,20 +117,6 @@ fn retry_in_period(e: &api::Error) -> bool {
     e.is_retryable() && !e.is_transport()
 }
 
-/// Mutable state of the loop between renewals.
-struct Renewer {
-    cfg: LeaseLoop,
-    cached: Option<Lease>,
-    last_renew: Option<jiff::Timestamp>,
-    owner: Option<OwnerReference>,
-    next_owner_lookup: Instant,
-    foreign: u32,
-    /// renewTimes of writes the server may have applied without our seeing its answer (an
-    /// exchange abandoned, cut, or answered with garbage), since the last confirmed one:
-    /// finding one of them in the Lease is our own write, not another writer's.
-    unconfirmed: Vec<jiff::Timestamp>,
-}
-
 // === impl LeaseLoop ===
 
 impl LeaseLoop {
@@ -152,22 +135,14 @@ impl LeaseLoop {
         mut shutdown: Shutdown,
     ) {
         let interval = self.interval;
-        let mut r = Renewer {
-            cfg: self,
-            cached: None,
-            last_renew: None,
-            owner: None,
-            next_owner_lookup: Instant::now(),
-            foreign: 0,
-            unconfirmed: Vec::new(),
-        };
+        let read_every = bystander_reads(interval, self.duration);
+        let mut r = Renewer::new(self);
         let start = Instant::now();
         let mut n: u32 = 0;
         let mut failed_periods = 0u32;
         let mut probe_ok: Option<bool> = None;
-        let mut war = Backoff::new(interval, MAX_WAR_BACKOFF.max(interval), 0.2)
-            .expect("interval is positive and below the cap");
-        let mut war_until: Option<Instant> = None;
+        // Set once another writer has been seen: from then on bootlet only reads the Lease.
+        let mut bystander: Option<Bystander> = None;
         // A connection of its own ([`Connection`]: HTTP/1.1, no pool, no timers). Its renewals
         // are its liveness check: each is bounded by [`attempt_budget`], and an exchange
         // that does not complete leaves no connection behind, so the next renewal opens a
@@ -202,12 +177,26 @@ impl LeaseLoop {
             if !r.probe_allows(&mut probe_ok, &health).await {
                 continue;
             }
-            if war_until.is_some_and(|until| Instant::now() < until) {
-                continue;
-            }
             // Bounded on the loop's own timerfd (re-armed for the next slot right after), so
             // a renewal arms no timer in the runtime.
             let budget = attempt_budget(interval, conn.request_timeout());
+            if let Some(by) = bystander.as_mut() {
+                if !by.read_due(Instant::now()) {
+                    continue;
+                }
+                let read = tokio::select! {
+                    read = r.read(&mut conn) => read,
+                    () = ticker.sleep_until(at + budget) => Err(RenewError::NoAnswer {
+                        node: r.cfg.node.clone(),
+                        within: budget,
+                    }),
+                };
+                if !r.stand_aside(by, read, &mut conn, &health) {
+                    continue;
+                }
+                // The other writer stopped and the health probe answers: take over.
+                bystander = None;
+            }
             let started = Instant::now();
             let result = tokio::select! {
                 result = r.renew_in_period(&mut conn, at + interval) => result,
@@ -219,10 +208,6 @@ impl LeaseLoop {
             METRICS.lease_renewal(result.is_ok(), started.elapsed());
             match result {
                 Ok(()) => {
-                    if war_until.take().is_some() {
-                        tracing::info!(node = %r.cfg.node, "lease: the other writer stopped; renewing again");
-                        war.reset();
-                    }
                     failed_periods = 0;
                     let now = SystemTime::now();
                     health.update(|s| {
@@ -233,15 +218,13 @@ impl LeaseLoop {
                     tracing::debug!(node = %r.cfg.node, "lease renewed");
                 }
                 Err(RenewError::OtherWriter { .. }) => {
-                    let wait = war.next_delay();
-                    if war_until.is_none() {
-                        tracing::warn!(node = %r.cfg.node, "Lease {NAMESPACE}/{} is renewed by another writer (the kubelet?): two writers hide a dead kubelet; run bootlet with --renew-lease=false (or --lease-health-probe) when the kubelet renews its own Lease. Backing off.", r.cfg.node);
-                    }
-                    war_until = Some(Instant::now() + wait);
-                    health.update(|s| {
-                        s.lease.paused =
-                            Some("another writer renews the Lease (use --renew-lease=false)".into())
-                    });
+                    let resume = match &r.cfg.probe {
+                        Some(url) => format!(" (it takes over only if that writer stops while the health probe {url} answers)"),
+                        None => String::new(),
+                    };
+                    tracing::warn!(node = %r.cfg.node, "Lease {NAMESPACE}/{} is renewed by another writer (the kubelet?): two writers hide a dead kubelet, so bootlet stops renewing it and does not resume on its own{resume}; run bootlet with --renew-lease=false when the kubelet renews its own Lease", r.cfg.node);
+                    bystander = Some(Bystander::new(Instant::now(), read_every));
+                    health.update(|s| s.lease.paused = Some(OTHER_WRITER.into()));
                 }
                 Err(e) => {
                     failed_periods += 1;
@@ -266,190 +249,33 @@ impl LeaseLoop {
     }
 }
 
-// === impl Renewer ===
-
-impl Renewer {
-    /// Whether the health probe (if any) allows renewing this period; logs transitions.
-    async fn probe_allows(&mut self, last: &mut Option<bool>, health: &Health) -> bool {
-        let Some(url) = self.cfg.probe.as_ref() else {
-            return true;
-        };
-        let ok = probe(url).await;
-        if *last != Some(ok) {
-            if ok {
-                tracing::info!(probe = %url, "lease health probe answers; renewing the Lease");
-            } else {
-                tracing::warn!(probe = %url, "lease health probe fails; not renewing the Lease so the node shows NotReady");
-            }
-            *last = Some(ok);
-        }
-        if !ok {
-            health.update(|s| s.lease.paused = Some(format!("health probe {url} fails")));
-        }
-        ok
-    }
-
-    /// One renewal with quick retries, all before `deadline` (the next period).
-    async fn renew_in_period(
-        &mut self,
-        conn: &mut Connection,
-        deadline: Instant,
-    ) -> Result<(), RenewError> {
-        // Retries stay well inside one period: from interval/20 (at most 100 ms) up to interval/4.
-        let min =
-            (self.cfg.interval / 20).clamp(Duration::from_millis(1), Duration::from_millis(100));
-        let mut quick = Backoff::new(min, (self.cfg.interval / 4).max(min), 0.2)
-            .expect("bounds derived from a positive interval");
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
-            match self.renew(conn).await {
-                Ok(()) => return Ok(()),
-                Err(RenewError::Api { source, node })
-                    if retry_in_period(&source) && attempt < RETRIES_PER_PERIOD =>
-                {
-                    // Never sooner than the server's Retry-After; one that does not fit
-                    // before the next slot ends this period's retries.
-                    let wait = quick
-                        .with_retry_after(source.retry_after())
-                        .max(source.retry_after().unwrap_or_default());
-                    if Instant::now() + wait >= deadline {
-                        return Err(RenewError::Api { node, source });
-                    }
-                    tracing::debug!(error = %report(&source), retry_in = ?wait, "lease: retrying");
-                    tokio::time::sleep(wait).await;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-    }
-
-    /// One renewal: PUT the cached Lease; create on 404; re-read and retry once on 409.
-    async fn renew(&mut self, conn: &mut Connection) -> Result<(), RenewError> {
-        self.lookup_owner(conn).await;
-        let path = self.cfg.path();
-        let api = |source| RenewError::Api {
-            node: self.cfg.node.clone(),
-            source,
-        };
-        if self.cached.is_none() {
-            match conn.get::<Lease>(&path).await {
-                Ok(lease) => self.cached = Some(lease),
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(api(e)),
-            }
-        }
-        // Someone else renewed since our last write: counted once per renewal, and not
-        // forgotten when our retry then wins (a writer at a faster cadence makes every
-        // first PUT conflict and every second one succeed: still a write war).
-        let mut saw_foreign = false;
-        for _ in 0..2 {
-            let renew = next_renew_time(SystemTime::now(), self.last_renew);
-            let want = body(
-                self.cached.as_ref(),
-                &self.cfg.node,
-                self.cfg.duration,
-                renew,
-                self.owner.as_ref(),
-            );
-            // Unconfirmed until the server answers: an exchange that is abandoned, cut or
-            // answered with garbage may still have been applied.
-            if self.unconfirmed.len() >= MAX_UNCONFIRMED {
-                self.unconfirmed.remove(0);
-            }
-            self.unconfirmed.push(renew);
-            let result = match &self.cached {
-                Some(_) => conn.replace::<_, Lease>(&path, &want).await,
-                None => {
-                    let list =
-                        format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases");
-                    conn.create::<_, Lease>(&list, &want).await
-                }
-            };
-            let refused = result.as_ref().err().and_then(api::Error::code);
-            if refused.is_some_and(|c| (400..500).contains(&c)) {
-                // A 4xx (a stale version, no Lease, throttled) was not applied.
-                self.unconfirmed.pop();
-            }
-            match result {
-                Ok(written) => {
-                    self.cached = Some(written);
-                    self.last_renew = Some(renew);
-                    self.unconfirmed.clear();
-                    if !saw_foreign {
-                        self.foreign = 0;
-                    }
-                    return Ok(());
-                }
-                Err(e) if e.is_not_found() => self.cached = None,
-                Err(e) if e.code() == Some(409) => {
-                    let current: Lease = conn.get(&path).await.map_err(api)?;
-                    if !saw_foreign && self.renewed_by_someone_else(&current) {
-                        saw_foreign = true;
-                        self.foreign += 1;
-                        if self.foreign >= FOREIGN_STREAK {
-                            self.cached = Some(current);
-                            return Err(RenewError::OtherWriter {
-                                node: self.cfg.node.clone(),
-                            });
-                        }
-                    }
-                    self.cached = Some(current);
-                }
-                Err(e) => return Err(api(e)),
-            }
-        }
-        Err(RenewError::Conflict {
-            node: self.cfg.node.clone(),
-        })
-    }
-
-    /// The Lease moved since our last write and not by our hand.
-    fn renewed_by_someone_else(&self, current: &Lease) -> bool {
-        let theirs = current
-            .spec
-            .as_ref()
-            .and_then(|s| s.renew_time.as_ref())
-            .map(|t| t.0);
-        matches!((theirs, self.last_renew), (Some(theirs), Some(ours))
-            if theirs != ours && !self.unconfirmed.contains(&theirs))
-    }
-
-    /// Look the Node up now and then (never on every renewal) until it exists.
-    async fn lookup_owner(&mut self, conn: &mut Connection) {
-        if self.owner.is_some() || Instant::now() < self.next_owner_lookup {
-            return;
-        }
-        self.next_owner_lookup = Instant::now() + self.cfg.owner_lookup;
-        match conn
-            .get::<Node>(&format!("/api/v1/nodes/{}", self.cfg.node))
-            .await
-        {
-            Ok(node) => {
-                if let Some(uid) = node.metadata.uid {
-                    tracing::info!(node = %self.cfg.node, %uid, "Node exists; the Lease gets its owner reference");
-                    self.owner = Some(OwnerReference {
-                        api_version: "v1".into(),
-                        kind: "Node".into(),
-                        name: self.cfg.node.clone(),
-                        uid,
-                        ..OwnerReference::default()
-                    });
-                }
-            }
-            Err(e) if e.is_not_found() => {
-                tracing::debug!(node = %self.cfg.node, "Node not registered yet")
-            }
-            Err(e) => tracing::debug!(error = %report(&e), "Node lookup failed"),
-        }
-    }
+/// The wait before a quick retry inside the period (pure): the backoff's next delay, never
+/// sooner than the server's `Retry-After`; `None` when that does not fit in `remaining`
+/// (the time left until the next slot), which ends the period's retries, the next slot
+/// trying as usual. `Retry-After` is honoured up to one `interval`: a longer one (up to
+/// u64::MAX seconds) says "not this period", and the next slot comes as always, because
+/// skipping slots for it would let the Lease expire on the server's word; no deadline is
+/// ever computed from it.
+fn quick_retry_wait(
+    quick: &mut Backoff,
+    retry_after: Option<Duration>,
+    interval: Duration,
+    remaining: Duration,
+) -> Option<Duration> {
+    let hint = retry_after.map(|d| d.min(interval));
+    let wait = quick.with_retry_after(hint).max(hint.unwrap_or_default());
+    (wait < remaining).then_some(wait)
 }
 
 mod body;
+mod owner;
 mod probe;
+mod renewer;
+mod writers;
 
 pub use body::{body, due, next_renew_time, next_slot};
-use probe::probe;
+use renewer::{bystander_reads, Renewer, OTHER_WRITER};
+use writers::Bystander;
 
 #[cfg(test)]
 mod tests;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs bootlet as a systemd service: the binary, bootlet.service, the kubelet drop-in
-# and the example config (never overwriting an existing config), the man pages and the
-# bash/zsh/fish completions under PREFIX/share. For hosts without dpkg: the Debian package
+# and the example config (never overwriting an existing config; with the kubelet drop-in
+# it says renewLease: false, since the kubelet then renews its own node Lease), the man
+# pages and the bash/zsh/fish completions under PREFIX/share. For hosts without dpkg: the Debian package
 # (packaging/deb.sh) is the primary install path.
 #
 #   systemd/install.sh [--prefix /usr/local] [--destdir DIR] [--bin PATH] [--no-kubelet-dropin]
@@ -38,7 +39,7 @@ while [ $# -gt 0 ]; do
     --serving) serving=true; shift ;;
     --kubelet-config) kubelet_config=$2; shift 2 ;;
     --kubelet-config=*) kubelet_config=${1#*=}; shift ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "install.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -102,10 +103,23 @@ elif [ -e "$serving_dropin" ]; then
   rm -f "$serving_dropin"
   echo "removed $serving_dropin (installed without --serving)"
 fi
-if [ -e "$destdir/etc/bootlet/config.yaml" ]; then
-  echo "keeping the existing $destdir/etc/bootlet/config.yaml"
+# With the kubelet drop-in the kubelet renews its own node Lease, so bootlet must not:
+# two writers hide a dead kubelet. A fresh config says renewLease: false; an existing one
+# that does not is named.
+config="$destdir/etc/bootlet/config.yaml"
+if [ -e "$config" ]; then
+  echo "keeping the existing $config"
+  if $dropin && ! grep -Eq '^renewLease:[[:space:]]*false[[:space:]]*(#.*)?$' "$config"; then
+    echo "note: with the kubelet drop-in the kubelet renews its own node Lease: set"
+    echo "      renewLease: false in $config (two writers hide a dead kubelet)"
+  fi
+elif $dropin; then
+  install -d -m 0755 "$(dirname "$config")"
+  sed 's/^renewLease: true$/renewLease: false/' config/bootlet.example.yaml >"$config"
+  chmod 0644 "$config"
+  grep -q '^renewLease: false$' "$config" || { echo "install.sh: could not set renewLease: false in $config" >&2; exit 1; }
 else
-  install -D -m 0644 config/bootlet.example.yaml "$destdir/etc/bootlet/config.yaml"
+  install -D -m 0644 config/bootlet.example.yaml "$config"
 fi
 
 echo "installed $destdir$prefix/bin/bootlet, $unitdir/bootlet.service$($dropin && echo ", the kubelet drop-in")$($serving && echo ", the serving drop-in") and /etc/bootlet/config.yaml"

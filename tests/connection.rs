@@ -1,23 +1,33 @@
-//! The Lease loop's own connection (`api::conn::Connection`) against the testplane
-//! over real TLS: HTTP/1.1 on one keep-alive connection, the same typed errors as the
-//! shared client, the body limit, and no half-used connection after a cancelled exchange.
+//! Connections to the API server against the testplane over real TLS. The Lease loop's
+//! own connection (`api::conn::Connection`): HTTP/1.1 on one keep-alive connection, the
+//! same typed errors as the shared client, the body limit, no half-used connection after a
+//! cancelled exchange, and a black-holed address raced past. Every client: the kubeconfig's
+//! `tls-server-name` sent as SNI.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bootlet::api::conn::Connection;
+use bootlet::api::dial::{Resolver, ATTEMPT_DELAY};
 use bootlet::api::kubeconfig::Credential;
 use bootlet::api::{ApiClient, ClientOptions, Error};
 use bootlet::pki::PrivateKeyPem;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use support::wait_event;
+use support::{wait_event, Agent, NodeDir};
 use testplane::{Event, TestPlane};
+use tokio::time::{timeout, Instant};
 
 mod support;
 
 const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases";
 
 async fn connection(tp: &TestPlane, node: &str, opts: ClientOptions) -> Connection {
+    connection_to(tp, &tp.url(), node, opts)
+}
+
+/// A connection to `url` (the testplane under another name) for `node`.
+fn connection_to(tp: &TestPlane, url: &str, node: &str, opts: ClientOptions) -> Connection {
     let (cert, key) = tp
         .client_cert(&format!("system:node:{node}"), &["system:nodes"])
         .expect("client cert");
@@ -25,7 +35,7 @@ async fn connection(tp: &TestPlane, node: &str, opts: ClientOptions) -> Connecti
         chain_pem: cert,
         key: PrivateKeyPem::new(key),
     };
-    let client = ApiClient::new(&tp.url(), tp.ca_pem().as_bytes(), &credential, opts).unwrap();
+    let client = ApiClient::new(url, tp.ca_pem().as_bytes(), &credential, opts).unwrap();
     Connection::new(&client)
 }
 
@@ -161,4 +171,102 @@ async fn a_connection_the_server_closed_while_idle_is_replaced_without_an_error(
     let requests = seen(&tp, "c6");
     assert_eq!(requests.len(), 2, "{requests:?}");
     assert_ne!(requests[0].0, requests[1].0);
+}
+
+/// Before: the addresses of the server's name were tried one after another under one 5 s
+/// bound, so a dual-stack server whose first path is black-holed failed every renewal (the
+/// reqwest client, racing them, worked). Now they are raced RFC 8305 style: the black hole
+/// costs one attempt delay (250 ms), and every renewal, each over a fresh connection,
+/// completes well inside a 1 s interval's budget (950 ms).
+#[tokio::test]
+async fn a_black_holed_first_address_costs_one_attempt_delay_not_the_renewal() {
+    let tp = TestPlane::builder().start().await.unwrap();
+    let (hole, _listener, _held) = support::black_hole().await;
+    let opts = ClientOptions {
+        resolver: Resolver::fixed(BTreeMap::from([(
+            "localhost".to_string(),
+            vec![hole, tp.addr()],
+        )])),
+        ..ClientOptions::default()
+    };
+    let url = format!("https://localhost:{}", tp.addr().port());
+    let mut conn = connection_to(&tp, &url, "c7", opts);
+    let budget = Duration::from_millis(950);
+    let _: Lease = timeout(budget, conn.create(LEASES, &lease("c7", None)))
+        .await
+        .expect("created within a renewal's budget")
+        .unwrap();
+    let path = format!("{LEASES}/c7");
+    for _ in 0..3 {
+        conn.reset();
+        let started = Instant::now();
+        let _: Lease = timeout(budget, conn.get(&path))
+            .await
+            .expect("renewed within its budget")
+            .unwrap();
+        let took = started.elapsed();
+        // The black hole was tried first (its family first): the good one after the delay.
+        assert!(took >= ATTEMPT_DELAY, "{took:?}");
+        assert!(took < ATTEMPT_DELAY * 3, "{took:?}");
+    }
+    let conns: std::collections::BTreeSet<u64> = seen(&tp, "c7").iter().map(|c| c.0).collect();
+    assert_eq!(conns.len(), 4, "one fresh connection per reset: {conns:?}");
+}
+
+/// Before: only the Lease connection (and doctor) sent the kubeconfig's `tls-server-name`
+/// as SNI; the pooled client sent the URL's host (none at all for an IP), so behind an
+/// SNI-routing front end CSR creation failed while the Lease worked. Now the testplane sees
+/// the name on every connection of a whole join: the CSR's, the watch's, the Lease's.
+#[tokio::test]
+async fn every_connection_of_a_join_sends_the_tls_server_name_as_sni() {
+    let tp = TestPlane::builder().start().await.unwrap();
+    let bootstrap = tp.bootstrap_kubeconfig();
+    let server_line = bootstrap
+        .lines()
+        .find(|l| l.trim_start().starts_with("server: "))
+        .expect("a server line")
+        .to_string();
+    let indent = &server_line[..server_line.len() - server_line.trim_start().len()];
+    let named = bootstrap.replace(
+        &server_line,
+        &format!("{server_line}\n{indent}tls-server-name: kubernetes"),
+    );
+    let node = NodeDir::new(&named);
+    let mut events = tp.events();
+    let mut args = node.args("sni");
+    args.extend(["--lease-renew-interval", "1s"].map(String::from));
+    let agent = Agent::spawn(&args);
+    let mut sni: BTreeMap<u64, Option<String>> = BTreeMap::new();
+    wait_event(&mut events, |e| match e {
+        Event::TlsHandshake {
+            conn, sni: name, ..
+        } => {
+            sni.insert(*conn, name.clone());
+            None
+        }
+        Event::LeaseRenewed { name, .. } | Event::LeaseCreated { name, .. } if name == "sni" => {
+            Some(())
+        }
+        _ => None,
+    })
+    .await;
+    let (status, log) = agent.terminate().await;
+    assert!(status.success(), "{log}");
+    let requests = tp.requests();
+    let csr_conns: Vec<u64> = requests
+        .iter()
+        .filter(|r| r.path.contains("/certificatesigningrequests"))
+        .map(|r| r.conn)
+        .collect();
+    assert!(!csr_conns.is_empty(), "no CSR request");
+    for r in &requests {
+        assert_eq!(
+            sni.get(&r.conn).cloned().flatten().as_deref(),
+            Some("kubernetes"),
+            "{} {} over connection {} without the name",
+            r.method,
+            r.path,
+            r.conn
+        );
+    }
 }

@@ -6,6 +6,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use bootlet::api::kubeconfig::Credential;
+use bootlet::api::ApiClient;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use support::{plane, wait_event, Agent, NodeDir};
 use testplane::{Event, RequestRecord, TestPlane};
 
@@ -40,20 +44,25 @@ fn lease_writes(tp: &TestPlane, node: &str) -> Vec<RequestRecord> {
         .collect()
 }
 
-/// Wait for `n` successful renewals of `node`'s Lease; returns their renewTimes.
+/// Wait for `n` successful renewals of `node`'s Lease by bootlet (the node's identity);
+/// returns their renewTimes.
 async fn renewals(
     tp: &TestPlane,
     events: &mut tokio::sync::broadcast::Receiver<Event>,
     node: &str,
     n: usize,
 ) -> Vec<jiff::Timestamp> {
+    let ours = format!("system:node:{node}");
     let mut times = Vec::new();
     while times.len() < n {
         let t = wait_event(events, |e| match e {
             Event::LeaseRenewed {
-                name, renew_time, ..
-            } if name == node => Some(*renew_time),
-            Event::LeaseCreated { name, .. } if name == node => Some(None),
+                name,
+                renew_time,
+                user,
+                ..
+            } if name == node && *user == ours => Some(*renew_time),
+            Event::LeaseCreated { name, user, .. } if name == node && *user == ours => Some(None),
             _ => None,
         })
         .await;
@@ -338,69 +347,241 @@ async fn the_owner_reference_appears_once_the_node_exists() {
     assert!(lookups < writes, "{lookups} lookups for {writes} renewals");
 }
 
-#[tokio::test]
-async fn a_second_writer_gets_one_warning_and_no_write_war() {
-    let tp = plane(HOUR).await;
-    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
-    let mut events = tp.events();
-    let agent = Agent::spawn(&args(&node, "twice", "200ms", &[]));
-    renewals(&tp, &mut events, "twice", 2).await;
-    let agent_conns: Vec<u64> = lease_writes(&tp, "twice").iter().map(|r| r.conn).collect();
-
-    // Another client with the node's identity renews the same Lease every 50 ms.
-    let (cert, key) = tp
-        .client_cert("system:node:twice", &["system:nodes"])
-        .unwrap();
-    let other = bootlet::api::ApiClient::new(
+/// The cluster admin's client, for what a kubelet or an operator does to the objects.
+fn admin(tp: &TestPlane) -> ApiClient {
+    let (cert, key) = tp.admin_credentials();
+    ApiClient::new(
         &tp.url(),
         tp.ca_pem().as_bytes(),
-        &bootlet::api::kubeconfig::Credential::ClientCert {
+        &Credential::ClientCert {
             chain_pem: cert,
             key: bootlet::pki::PrivateKeyPem::new(key),
         },
         Default::default(),
     )
-    .unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
-    let writer = tokio::spawn(async move {
-        let path = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/twice";
-        let mut last = None;
-        while !flag.load(Ordering::Relaxed) {
-            if let Ok(mut lease) = other
-                .get::<k8s_openapi::api::coordination::v1::Lease>(path)
-                .await
-            {
-                let t = bootlet::lease::next_renew_time(SystemTime::now(), last);
-                last = Some(t);
-                lease.spec.as_mut().unwrap().renew_time =
-                    Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(t));
-                let _ = other
-                    .replace::<_, k8s_openapi::api::coordination::v1::Lease>(path, &lease)
-                    .await;
+    .unwrap()
+}
+
+fn lease_path(node: &str) -> String {
+    format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}")
+}
+
+/// Another writer of `node`'s Lease, as a kubelet renewing its own: every 50 ms it reads
+/// the Lease and writes it back with a fresh renewTime, as the cluster admin (so its
+/// requests are told apart from bootlet's by user).
+struct OtherWriter {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl OtherWriter {
+    fn start(tp: &TestPlane, node: &str) -> Self {
+        let client = admin(tp);
+        let path = lease_path(node);
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut last = None;
+            while !flag.load(Ordering::Relaxed) {
+                if let Ok(mut lease) = client.get::<Lease>(&path).await {
+                    let t = bootlet::lease::next_renew_time(SystemTime::now(), last);
+                    last = Some(t);
+                    lease.spec.as_mut().unwrap().renew_time = Some(MicroTime(t));
+                    let _ = client.replace::<_, Lease>(&path, &lease).await;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    });
-    agent.wait_for_log("--renew-lease=false").await;
-    let warned = SystemTime::now();
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    stop.store(true, Ordering::Relaxed);
-    writer.await.unwrap();
-    let (status, log) = agent.terminate().await;
-    assert!(status.success());
-    assert_eq!(log.matches("renewed by another writer").count(), 1, "{log}");
-    // Backed off: bootlet's own connection (the one its first renewals used) made only a
-    // few write attempts in 2 s, not one 409 per 200 ms period.
-    let ours = agent_conns[0];
-    let attempts = lease_writes(&tp, "twice")
+        });
+        Self { stop, task }
+    }
+
+    /// Stops writing; returns once its last write is answered.
+    async fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.unwrap();
+    }
+}
+
+/// Lease writes by bootlet (the node's identity) at or after `since`.
+fn writes_since(tp: &TestPlane, node: &str, since: SystemTime) -> usize {
+    lease_writes(tp, node)
         .iter()
-        .filter(|r| r.conn == ours && r.at > warned)
-        .count();
-    assert!(
-        attempts <= 5,
-        "kept writing: {attempts} attempts in 2 s after the warning"
+        .filter(|r| r.at >= since)
+        .count()
+}
+
+/// Before: bootlet backed off from the other writer (the kubelet) and, when that writer
+/// stopped, its next PUT succeeded and it renewed from then on, keeping the node Ready with
+/// no kubelet. Now it stops writing once it has seen another writer, and when that writer
+/// stops it says so once, at error level, and still writes nothing.
+#[tokio::test]
+async fn a_second_writer_that_stops_is_never_replaced() {
+    let tp = plane(HOUR).await;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let mut events = tp.events();
+    // 200 ms renewals, a 2 s Lease: bootlet reads it every second once it stands aside.
+    let agent = Agent::spawn(&args(&node, "twice", "200ms", &[]));
+    renewals(&tp, &mut events, "twice", 2).await;
+    let writer = OtherWriter::start(&tp, "twice");
+    let warning = agent.wait_for_log("--renew-lease=false").await;
+    let warned = SystemTime::now();
+    assert!(warning.contains("renewed by another writer"), "{warning}");
+    // Ten periods of the other writer renewing: bootlet writes nothing.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    writer.stop().await;
+    let stopped = SystemTime::now();
+    let line = agent.wait_for_log("does not take over").await;
+    assert!(line.contains("ERROR"), "{line}");
+    // Ten more periods after bootlet noticed.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let (status, log) = agent.terminate().await;
+    assert!(status.success(), "{log}");
+    assert_eq!(log.matches("renewed by another writer").count(), 1, "{log}");
+    assert_eq!(log.matches("does not take over").count(), 1, "{log}");
+    assert!(!log.contains("takes over renewing"), "{log}");
+    assert_eq!(
+        writes_since(&tp, "twice", warned),
+        0,
+        "bootlet wrote while the other writer renewed"
     );
+    assert_eq!(
+        writes_since(&tp, "twice", stopped),
+        0,
+        "bootlet resumed after the other writer stopped"
+    );
+    // It only read the Lease, once a second (the 2 s Lease's half): a few GETs, no more.
+    let reads = tp
+        .requests()
+        .iter()
+        .filter(|r| r.user == "system:node:twice" && r.method == "GET" && r.at > warned)
+        .count();
+    assert!((3..=8).contains(&reads), "{reads} reads in about 5 s");
+}
+
+/// With a health probe that answers, a writer that stopped may be replaced, and the
+/// takeover is an error-level line; while the other writer renews, bootlet still stays out.
+#[tokio::test]
+async fn with_an_answering_probe_bootlet_takes_over_from_a_writer_that_stopped() {
+    let (url, _healthy) = healthz(true).await;
+    let tp = plane(HOUR).await;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let mut events = tp.events();
+    let agent = Agent::spawn(&args(
+        &node,
+        "takeover",
+        "200ms",
+        &["--lease-health-probe", &url],
+    ));
+    renewals(&tp, &mut events, "takeover", 2).await;
+    let writer = OtherWriter::start(&tp, "takeover");
+    let warning = agent.wait_for_log("--renew-lease=false").await;
+    let warned = SystemTime::now();
+    assert!(warning.contains("only if that writer stops"), "{warning}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    writer.stop().await;
+    assert_eq!(
+        writes_since(&tp, "takeover", warned),
+        0,
+        "bootlet wrote while the other writer renewed"
+    );
+    let line = agent.wait_for_log("takes over renewing").await;
+    assert!(line.contains("ERROR"), "{line}");
+    let times = renewals(&tp, &mut events, "takeover", 3).await;
+    assert!(times.windows(2).all(|w| w[0] < w[1]), "{times:?}");
+    let (status, log) = agent.terminate().await;
+    assert!(status.success(), "{log}");
+    assert_eq!(log.matches("takes over renewing").count(), 1, "{log}");
+}
+
+/// Before: the Lease's owner reference was looked up once and kept: after `kubectl delete
+/// node` and re-registration, the garbage collector deleted the Lease, and bootlet created
+/// it again with the dead Node's UID (to be collected again, every period). Now a Lease
+/// that is gone makes bootlet look the Node up again before it creates one, still without
+/// a Node lookup per renewal.
+#[tokio::test]
+async fn a_re_registered_node_gets_its_new_uid_in_the_recreated_lease() {
+    let tp = plane(HOUR).await;
+    let old_uid = tp.create_node("rereg");
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let mut events = tp.events();
+    let agent = Agent::spawn(&args(
+        &node,
+        "rereg",
+        "200ms",
+        &["--lease-owner-lookup-interval", "1s"],
+    ));
+    let owner_uid = |tp: &TestPlane| {
+        tp.lease("kube-node-lease", "rereg")
+            .and_then(|l| l.metadata.owner_references)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|r| r.uid)
+            .collect::<Vec<_>>()
+    };
+    let node_gets = |tp: &TestPlane| {
+        tp.requests()
+            .iter()
+            .filter(|r| r.user == "system:node:rereg" && r.path == "/api/v1/nodes/rereg")
+            .count()
+    };
+    renewals(&tp, &mut events, "rereg", 2).await;
+    assert_eq!(owner_uid(&tp), vec![old_uid.clone()]);
+    // Ten renewals over 2 s, twice the lookup interval: the one lookup at start.
+    renewals(&tp, &mut events, "rereg", 10).await;
+    assert_eq!(node_gets(&tp), 1);
+
+    // kubectl delete node; the kubelet registers it again (a new UID); the garbage
+    // collector deletes the Lease the old Node owned.
+    let admin = admin(&tp);
+    let delete = |path: String| {
+        let admin = admin.clone();
+        async move {
+            admin
+                .call::<(), serde_json::Value>(reqwest::Method::DELETE, &path, None)
+                .await
+                .unwrap()
+        }
+    };
+    delete("/api/v1/nodes/rereg".into()).await;
+    let new_uid = tp.create_node("rereg");
+    assert_ne!(new_uid, old_uid);
+    delete(lease_path("rereg")).await;
+    wait_event(&mut events, |e| match e {
+        Event::LeaseCreated { name, user, .. }
+            if name == "rereg" && user == "system:node:rereg" =>
+        {
+            Some(())
+        }
+        _ => None,
+    })
+    .await;
+    assert_eq!(owner_uid(&tp), vec![new_uid.clone()]);
+    renewals(&tp, &mut events, "rereg", 10).await;
+    let (status, log) = agent.terminate().await;
+    assert!(status.success(), "{log}");
+    assert_eq!(owner_uid(&tp), vec![new_uid]);
+    // One lookup at start, one before the create: none per renewal.
+    assert_eq!(node_gets(&tp), 2);
+    assert!(lease_writes(&tp, "rereg").len() >= 22);
+}
+
+/// Before: `Retry-After: 18446744073709551615` on a Lease answer overflowed `Instant +
+/// Duration` and panicked the Lease task: no renewal ever again. Now a hint longer than
+/// the interval ends that period's retries and the next slot renews as usual.
+#[tokio::test]
+async fn a_huge_retry_after_does_not_stop_the_renewals() {
+    let tp = plane(HOUR).await;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let mut events = tp.events();
+    let agent = Agent::spawn(&args(&node, "huge", "200ms", &[]));
+    renewals(&tp, &mut events, "huge", 2).await;
+    tp.faults().throttle_next(1, Duration::from_secs(u64::MAX));
+    renewals(&tp, &mut events, "huge", 3).await;
+    let (status, log) = agent.terminate().await;
+    assert!(status.success(), "{log}");
+    assert!(!log.contains("panicked"), "{log}");
+    let codes: Vec<u16> = lease_writes(&tp, "huge").iter().map(|r| r.status).collect();
+    assert!(codes.contains(&429), "{codes:?}");
 }
 
 #[tokio::test]
@@ -415,9 +596,9 @@ async fn renew_lease_false_leaves_the_lease_alone() {
     assert!(lease_writes(&tp, "nolease").is_empty());
 }
 
-#[tokio::test]
-async fn the_health_probe_gates_renewals() {
-    let healthy = Arc::new(AtomicBool::new(true));
+/// A local `/healthz` answering 200 while the flag is true, 500 otherwise; its URL.
+async fn healthz(healthy: bool) -> (String, Arc<AtomicBool>) {
+    let healthy = Arc::new(AtomicBool::new(healthy));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/healthz", listener.local_addr().unwrap());
     let flag = healthy.clone();
@@ -442,6 +623,12 @@ async fn the_health_probe_gates_renewals() {
                 .await;
         }
     });
+    (url, healthy)
+}
+
+#[tokio::test]
+async fn the_health_probe_gates_renewals() {
+    let (url, healthy) = healthz(true).await;
     let tp = plane(HOUR).await;
     let node = NodeDir::new(&tp.bootstrap_kubeconfig());
     let mut events = tp.events();

@@ -258,3 +258,54 @@ async fn loopback_targets_never_use_the_environment_proxy() {
     let (status, log) = agent.terminate().await;
     assert!(status.success(), "{log}");
 }
+
+/// Before: the tunnel's TCP connection tried the proxy's addresses one after another under
+/// one 5 s bound, so a proxy name whose first address is black-holed failed every renewal.
+/// Now they are raced like the server's: each renewal over a fresh tunnel completes well
+/// inside a 1 s interval's budget (950 ms), the black hole costing one attempt delay.
+#[tokio::test]
+async fn a_black_holed_proxy_address_costs_one_attempt_delay() {
+    use bootlet::api::conn::Connection;
+    use bootlet::api::dial::{Resolver, ATTEMPT_DELAY};
+    use bootlet::api::proxy::ProxyEnv;
+    use bootlet::api::{ApiClient, ClientOptions};
+    use k8s_openapi::apimachinery::pkg::version::Info;
+
+    let tp = plane(HOUR).await;
+    let proxy = ConnectProxy::start(tp.addr(), None).await;
+    let (hole, _listener, _held) = support::black_hole().await;
+    let proxy_url = format!("http://proxy.test:{}", proxy.addr().port());
+    let opts = ClientOptions {
+        proxy_env: Arc::new(ProxyEnv::from_vars(|k| {
+            (k == "HTTPS_PROXY").then(|| proxy_url.clone())
+        })),
+        resolver: Resolver::fixed([("proxy.test".to_string(), vec![hole, proxy.addr()])]),
+        ..ClientOptions::default()
+    };
+    let (cert, key) = tp
+        .client_cert("system:node:tunnel", &["system:nodes"])
+        .unwrap();
+    let credential = bootlet::api::kubeconfig::Credential::ClientCert {
+        chain_pem: cert,
+        key: bootlet::pki::PrivateKeyPem::new(key),
+    };
+    let server = format!("https://{NAME}:{}", tp.addr().port());
+    let client = ApiClient::new(&server, tp.ca_pem().as_bytes(), &credential, opts).unwrap();
+    let mut conn = Connection::new(&client);
+    for _ in 0..3 {
+        conn.reset();
+        let started = tokio::time::Instant::now();
+        let info: Info = tokio::time::timeout(Duration::from_millis(950), conn.get("/version"))
+            .await
+            .expect("an answer within a renewal's budget")
+            .unwrap();
+        assert!(!info.git_version.is_empty());
+        let took = started.elapsed();
+        assert!(
+            took >= ATTEMPT_DELAY && took < ATTEMPT_DELAY * 3,
+            "{took:?}"
+        );
+    }
+    all_tunnels_to_the_server(&proxy.requests(), tp.addr().port(), None);
+    assert_eq!(proxy.requests().len(), 3);
+}

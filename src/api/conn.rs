@@ -33,6 +33,7 @@ use socket2::{SockRef, TcpKeepalive};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
+use super::dial::{self, Resolver};
 use super::wire::{decode, encode, location, retry_after};
 use super::{
     ApiClient, Error, Identity, TransportError, TCP_KEEPALIVE_IDLE, TCP_KEEPALIVE_INTERVAL,
@@ -216,19 +217,20 @@ impl Connection {
     }
 }
 
-/// TCP (bounded by the client's connect timeout, with kernel keepalive and
-/// `TCP_USER_TIMEOUT`), TLS with the client's identity, HTTP/1.1; hyper's connection
-/// driver is spawned and ends when the connection is dropped or closed.
+/// TCP (the addresses raced, with kernel keepalive and `TCP_USER_TIMEOUT`), TLS with the
+/// client's identity, HTTP/1.1, all of it bounded by the client's connect timeout; hyper's
+/// connection driver is spawned and ends when the connection is dropped or closed.
 async fn open(
     target: &Target,
     tls: &TlsConnector,
     client: &ApiClient,
 ) -> Result<SendRequest<Full<Bytes>>, TransportError> {
     let bound = client.inner.opts.connect_timeout;
+    let resolver = &client.inner.opts.resolver;
     let handshake = async {
         let tcp = match &target.proxy {
-            None => tcp(&target.host, target.port).await?,
-            Some(proxy) => tunnel(proxy, &target.host, target.port).await?,
+            None => tcp(resolver, &target.host, target.port).await?,
+            Some(proxy) => tunnel_with(resolver, proxy, &target.host, target.port).await?,
         };
         let stream = tls.connect(target.name.clone(), tcp).await?;
         let (sender, driver) = http1::handshake(TokioIo::new(stream)).await?;
@@ -249,8 +251,18 @@ async fn open(
 /// writes the CONNECT (with `Proxy-Authorization` from the proxy URL's userinfo) and reads
 /// the answer; on 2xx the socket is handed back as it is, for TLS end to end with the server.
 /// (doctor opens its raw TLS probe through it too, so it reaches the server as bootlet does.)
+/// The proxy's addresses are raced like the server's.
 pub async fn tunnel(proxy: &ProxyUrl, host: &str, port: u16) -> Result<TcpStream, TransportError> {
-    let tcp = tcp(proxy.host(), proxy.port()).await?;
+    tunnel_with(&Resolver::system(), proxy, host, port).await
+}
+
+async fn tunnel_with(
+    resolver: &Resolver,
+    proxy: &ProxyUrl,
+    host: &str,
+    port: u16,
+) -> Result<TcpStream, TransportError> {
+    let tcp = tcp(resolver, proxy.host(), proxy.port()).await?;
     let (mut sender, conn) = http1::handshake::<_, Empty<Bytes>>(TokioIo::new(tcp)).await?;
     let conn = tokio::spawn(conn.without_shutdown());
     let authority = match host.parse::<std::net::Ipv6Addr>() {
@@ -283,29 +295,23 @@ pub async fn tunnel(proxy: &ProxyUrl, host: &str, port: u16) -> Result<TcpStream
     Ok(parts.io.into_inner())
 }
 
-async fn tcp(host: &str, port: u16) -> Result<TcpStream, TransportError> {
-    let mut last = None;
-    for addr in tokio::net::lookup_host((host, port)).await? {
-        match TcpStream::connect(addr).await {
-            Ok(stream) => {
-                stream.set_nodelay(true)?;
-                let socket = SockRef::from(&stream);
-                socket.set_tcp_keepalive(
-                    &TcpKeepalive::new()
-                        .with_time(TCP_KEEPALIVE_IDLE)
-                        .with_interval(TCP_KEEPALIVE_INTERVAL)
-                        .with_retries(TCP_KEEPALIVE_PROBES),
-                )?;
-                socket.set_tcp_user_timeout(Some(TCP_USER_TIMEOUT))?;
-                return Ok(stream);
-            }
-            Err(e) => last = Some(e),
-        }
-    }
-    Err(match last {
-        Some(e) => e.into(),
-        None => format!("{host} resolves to no address").into(),
-    })
+/// A TCP connection to `host:port`: its addresses from `resolver`, raced RFC 8305 style
+/// ([`dial::race`]: a black-holed address costs [`dial::ATTEMPT_DELAY`], not the connect
+/// bound), with kernel keepalive and `TCP_USER_TIMEOUT`. Unbounded in time: [`open`]
+/// bounds it.
+async fn tcp(resolver: &Resolver, host: &str, port: u16) -> Result<TcpStream, TransportError> {
+    let addrs = resolver.lookup(host, port).await?;
+    let stream = dial::race(addrs, dial::ATTEMPT_DELAY).await?;
+    stream.set_nodelay(true)?;
+    let socket = SockRef::from(&stream);
+    socket.set_tcp_keepalive(
+        &TcpKeepalive::new()
+            .with_time(TCP_KEEPALIVE_IDLE)
+            .with_interval(TCP_KEEPALIVE_INTERVAL)
+            .with_retries(TCP_KEEPALIVE_PROBES),
+    )?;
+    socket.set_tcp_user_timeout(Some(TCP_USER_TIMEOUT))?;
+    Ok(stream)
 }
 
 /// Parses the kubeconfig's server URL (pure); `name` overrides the TLS name (the

@@ -4,6 +4,7 @@
 //! requests, and typed errors that keep the API's `Status`. It knows no resource kinds.
 
 pub mod conn;
+pub mod dial;
 mod error;
 pub mod kubeconfig;
 pub mod proxy;
@@ -27,6 +28,7 @@ use crate::api::kubeconfig::{Credential, ProxyUrl, ToServer};
 use crate::metrics::METRICS;
 use crate::runtime::backoff::Backoff;
 
+use dial::{AliasResolver, Resolver};
 use error::synthetic_status;
 pub use error::{Error, TransportError};
 use proxy::{ProxyEnv, ProxyPolicy};
@@ -67,6 +69,9 @@ pub struct ClientOptions {
     /// The environment's proxies (`HTTPS_PROXY`, `NO_PROXY`); the default is this
     /// process's, read once. Tests build their own with [`ProxyEnv::from_vars`].
     pub proxy_env: Arc<ProxyEnv>,
+    /// How host names become addresses; the default is the system's. Tests use
+    /// [`Resolver::fixed`] (a black-holed address beside a good one).
+    pub resolver: Resolver,
 }
 
 impl Default for ClientOptions {
@@ -76,6 +81,7 @@ impl Default for ClientOptions {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             max_body: DEFAULT_MAX_BODY,
             proxy_env: ProxyEnv::process(),
+            resolver: Resolver::system(),
         }
     }
 }
@@ -99,6 +105,9 @@ struct Inner {
     http: reqwest::Client,
     tls: rustls::ClientConfig,
     server: String,
+    /// What the pooled client's request URLs start with: `server`, or `server` with its
+    /// host replaced by the `tls-server-name` (see [`sni_alias`]).
+    base: String,
     /// `tls-server-name`, else the URL's host: the name TLS sends and verifies.
     server_name: Option<rustls::pki_types::ServerName<'static>>,
     /// What the proxy policy chose for `server`; `None` dials it directly.
@@ -153,8 +162,21 @@ impl ApiClient {
         let proxy = policy.proxy_for(&server.url).map_err(setup)?;
         let (tls, identity, auth_header) =
             tls::client_config(ca_pem, credential, server_name.as_ref()).map_err(setup)?;
-        let http =
-            build_http(tls.clone(), &opts, proxy.as_ref()).map_err(|e| setup(e.to_string()))?;
+        let alias = match proxy {
+            None => sni_alias(
+                &server.url,
+                server.tls_server_name.as_deref(),
+                &opts.resolver,
+            ),
+            Some(_) => None,
+        };
+        let base = match &alias {
+            Some((url, _)) => url.clone(),
+            None => server.url.clone(),
+        };
+        let resolver = alias.map(|(_, resolver)| resolver);
+        let http = build_http(tls.clone(), &opts, proxy.as_ref(), resolver)
+            .map_err(|e| setup(e.to_string()))?;
         if let Some(proxy) = &proxy {
             tracing::debug!(server = %server.url, %proxy, "API server connections go through a proxy");
         }
@@ -163,6 +185,7 @@ impl ApiClient {
                 http,
                 tls,
                 server: server.url.trim_end_matches('/').to_string(),
+                base: base.trim_end_matches('/').to_string(),
                 server_name,
                 proxy,
                 identity,
@@ -223,7 +246,7 @@ impl ApiClient {
         body: Option<&B>,
         timeout: Duration,
     ) -> Result<reqwest::Response, Error> {
-        let url = format!("{}{}", self.inner.server, path);
+        let url = format!("{}{}", self.inner.base, path);
         let mut headers = HeaderMap::new();
         headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
         if let Some(auth) = &self.inner.auth_header {
@@ -374,18 +397,31 @@ impl ApiClient {
 /// One pooled HTTP client: keep-alive, bounded connect, kernel TCP keepalive, HTTP/2
 /// PINGs after [`H2_KEEPALIVE_INTERVAL`] without a frame from the server, and idle
 /// connections closed after 90 s. It goes through `proxy` (decided by the policy, never
-/// reqwest's own reading of the environment) and follows no redirect. (The Lease loop has
-/// a connection of its own without any of these timers: [`conn::Connection`].)
+/// reqwest's own reading of the environment) and follows no redirect. Names resolve with
+/// `alias` when the URLs carry the `tls-server-name` ([`sni_alias`]), else with the
+/// options' resolver; reqwest races the address families itself (happy eyeballs, 300 ms).
+/// (The Lease loop has a connection of its own without any of these timers:
+/// [`conn::Connection`].)
 fn build_http(
     tls: rustls::ClientConfig,
     opts: &ClientOptions,
     proxy: Option<&ProxyUrl>,
+    alias: Option<AliasResolver>,
 ) -> reqwest::Result<reqwest::Client> {
     let builder = match proxy {
         Some(proxy) => {
             reqwest::Client::builder().proxy(reqwest::Proxy::all(proxy.with_credentials())?)
         }
         None => reqwest::Client::builder().no_proxy(),
+    };
+    let builder = match alias {
+        Some(alias) => builder.dns_resolver(Arc::new(alias)),
+        None if opts.resolver.is_fixed() => builder.dns_resolver(Arc::new(AliasResolver {
+            alias: String::new(),
+            host: String::new(),
+            resolver: opts.resolver.clone(),
+        })),
+        None => builder,
     };
     builder
         .redirect(reqwest::redirect::Policy::none())
@@ -402,6 +438,43 @@ fn build_http(
         .tcp_user_timeout(TCP_USER_TIMEOUT)
         .user_agent(USER_AGENT)
         .build()
+}
+
+/// reqwest sends the URL's host as SNI, with no way to name another. So when the
+/// kubeconfig sets a `tls-server-name` that is a DNS name (an IP is never sent as SNI) and
+/// no proxy is in the way, the pooled client's URLs carry that name instead of the host
+/// (pure): TLS sends it as SNI (and verifies it, as before), the returned resolver maps it
+/// back to the kubeconfig host's own addresses, and the request's `Host`/`:authority`
+/// names it too. Behind a proxy the CONNECT must name the real host, so there the URL
+/// stays as written (and SNI is the URL's host; the Lease connection does send the name).
+fn sni_alias(
+    url: &str,
+    tls_server_name: Option<&str>,
+    resolver: &Resolver,
+) -> Option<(String, AliasResolver)> {
+    let name = tls_server_name?;
+    if name.parse::<std::net::IpAddr>().is_ok() {
+        return None;
+    }
+    let mut parsed = reqwest::Url::parse(url).ok()?;
+    let host = parsed
+        .host_str()?
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string();
+    if host.eq_ignore_ascii_case(name) {
+        return None;
+    }
+    // Keep the port the URL meant, written or not.
+    let port = parsed.port_or_known_default()?;
+    parsed.set_host(Some(name)).ok()?;
+    parsed.set_port(Some(port)).ok()?;
+    let resolver = AliasResolver {
+        alias: name.to_ascii_lowercase(),
+        host,
+        resolver: resolver.clone(),
+    };
+    Some((parsed.to_string(), resolver))
 }
 
 /// Run `op` until it succeeds or fails in a way retrying cannot fix. Transport errors,
@@ -442,5 +515,34 @@ mod tests {
         assert_eq!(skew_secs(t, local), 90);
         assert_eq!(skew_secs(local, t), -90);
         assert!(parse_http_date("yesterday").is_none());
+    }
+
+    #[test]
+    fn the_pooled_client_names_a_dns_tls_server_name_in_its_urls() {
+        let r = Resolver::system();
+        let alias = |url, name| sni_alias(url, name, &r).map(|(u, a)| (u, a.alias, a.host));
+        assert_eq!(
+            alias("https://10.0.0.1:6443", Some("kubernetes")),
+            Some((
+                "https://kubernetes:6443/".to_string(),
+                "kubernetes".to_string(),
+                "10.0.0.1".to_string()
+            ))
+        );
+        // The URL's path (a proxy's prefix) and implied port are kept; IPv6 hosts lose
+        // their brackets.
+        let (url, _, host) =
+            alias("https://lb.example/k8s/clusters/c-1", Some("API.Internal")).unwrap();
+        assert_eq!(url, "https://api.internal/k8s/clusters/c-1");
+        assert_eq!(host, "lb.example");
+        let (url, _, host) = alias("https://[fd00::1]:6443", Some("kubernetes")).unwrap();
+        assert_eq!(
+            (url.as_str(), host.as_str()),
+            ("https://kubernetes:6443/", "fd00::1")
+        );
+        // Nothing to do: no name, an IP (never sent as SNI), or the URL's own host.
+        assert_eq!(alias("https://10.0.0.1:6443", None), None);
+        assert_eq!(alias("https://10.0.0.1:6443", Some("10.0.0.2")), None);
+        assert_eq!(alias("https://kubernetes:6443", Some("kubernetes")), None);
     }
 }

@@ -352,9 +352,18 @@ fn node_address(ip: IpAddr) -> Result<IpAddr, String> {
     Ok(ip)
 }
 
+/// A health probe is a plain `http://` URL (the kubelet's:
+/// `http://127.0.0.1:10248/healthz`). `https://` is refused here rather than accepted and failing forever: the probe has no
+/// trust root to verify a local endpoint's certificate with (not the cluster CA, which does
+/// not sign the kubelet's healthz, and never none at all), so it could never answer 2xx.
 fn check_probe_url(s: &str) -> Result<(), String> {
     match reqwest::Url::parse(s) {
-        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host().is_some() => Ok(()),
+        Ok(u) if u.scheme() == "http" && u.host().is_some() => Ok(()),
+        Ok(u) if u.scheme() == "https" && u.host().is_some() => Err(format!(
+            "{s:?}: https is not supported (the probe has no trust root for a local \
+             endpoint's certificate, so it could never succeed); use the plain http health \
+             URL, e.g. http://127.0.0.1:10248/healthz"
+        )),
         _ => Err(format!("invalid URL {s:?} (use http://HOST:PORT/PATH)")),
     }
 }

@@ -358,6 +358,24 @@ fn metrics_and_probe() {
         .starts_with("--lease-health-probe: invalid URL"));
 }
 
+/// Before: an https probe passed validation, then failed every probe (no trust root), so
+/// the Lease was never renewed and nothing said why.
+#[test]
+fn an_https_health_probe_is_refused_naming_the_key() {
+    let https = "https://127.0.0.1:10250/healthz";
+    assert_eq!(
+        err(None, &[&format!("--lease-health-probe={https}")]),
+        format!(
+            "--lease-health-probe: \"{https}\": https is not supported (the probe has no trust \
+             root for a local endpoint's certificate, so it could never succeed); use the plain \
+             http health URL, e.g. http://127.0.0.1:10248/healthz"
+        )
+    );
+    let e = err(Some(&format!("leaseHealthProbe: {https}\n")), &[]);
+    assert!(e.contains(": leaseHealthProbe: \"https://"), "{e}");
+    assert!(e.contains("https is not supported"), "{e}");
+}
+
 #[test]
 fn csr_backoff_is_validated_and_never_under_min() {
     let e = err(None, &["--csr-backoff-min=2h"]);

@@ -9,7 +9,9 @@ use tokio::time::Instant;
 
 use super::NAMESPACE;
 
-/// The Lease we want, built from the last one we saw (pure).
+/// The Lease we want, built from the last one we saw (pure): holder, duration and
+/// renewTime set, everything else kept, and `owner` added only to a Lease that has no Node
+/// owner reference.
 pub fn body(
     base: Option<&Lease>,
     node: &str,
@@ -29,10 +31,11 @@ pub fn body(
     spec.holder_identity = Some(node.to_string());
     spec.lease_duration_seconds = Some(i32::try_from(duration.as_secs()).unwrap_or(i32::MAX));
     spec.renew_time = Some(MicroTime(renew_time));
+    // Ours only where the Lease names no Node: a Node reference already there (ours from
+    // before, or one someone else wrote, perhaps knowing a UID we do not) is never replaced.
     if let Some(owner) = owner {
         let refs = lease.metadata.owner_references.get_or_insert_with(Vec::new);
-        if !refs.iter().any(|r| r.uid == owner.uid) {
-            refs.retain(|r| r.kind != "Node");
+        if !refs.iter().any(|r| r.kind == "Node") {
             refs.push(owner.clone());
         }
     }

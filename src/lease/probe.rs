@@ -17,7 +17,8 @@ static CLIENT: std::sync::LazyLock<Option<(ProxyPolicy, reqwest::Client)>> =
 /// The probe client for `policy`: reqwest's own reading of the environment is off, and
 /// each probe's proxy is what `policy` decides for its URL.
 fn client(policy: ProxyPolicy) -> Option<(ProxyPolicy, reqwest::Client)> {
-    // Probes are plain http on loopback; an https URL finds no trust root and fails.
+    // Probes are plain http (configuration refuses https: there is no trust root for a
+    // local endpoint); the empty root store is only what reqwest's builder needs.
     let tls = crate::api::tls::builder()
         .ok()?
         .with_root_certificates(rustls::RootCertStore::empty())

@@ -1,4 +1,5 @@
 use super::*;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 fn ts(s: &str) -> jiff::Timestamp {
     s.parse().unwrap()
@@ -166,4 +167,125 @@ fn a_renewal_is_abandoned_just_before_the_next_slot() {
         attempt_budget(Duration::from_secs(60), Duration::from_secs(3)),
         Duration::from_secs(3)
     );
+}
+
+fn node_ref(uid: &str) -> OwnerReference {
+    OwnerReference {
+        api_version: "v1".into(),
+        kind: "Node".into(),
+        name: "node-a".into(),
+        uid: uid.into(),
+        ..OwnerReference::default()
+    }
+}
+
+/// Before: a Lease naming the Node by another UID (written by someone who knows the
+/// re-registered Node) had that reference replaced by our stale one.
+#[test]
+fn body_never_replaces_a_node_reference_already_there() {
+    let at = ts("2026-11-30T21:00:00Z");
+    let d = Duration::from_secs(40);
+    let mut theirs = body(None, "node-a", d, at, Some(&node_ref("uid-new")));
+    let other = OwnerReference {
+        api_version: "apps/v1".into(),
+        kind: "DaemonSet".into(),
+        name: "x".into(),
+        uid: "uid-ds".into(),
+        ..OwnerReference::default()
+    };
+    theirs
+        .metadata
+        .owner_references
+        .as_mut()
+        .unwrap()
+        .push(other.clone());
+    let ours = body(Some(&theirs), "node-a", d, at, Some(&node_ref("uid-old")));
+    assert_eq!(
+        ours.metadata.owner_references.unwrap(),
+        vec![node_ref("uid-new"), other]
+    );
+    // A Lease without a Node reference gets ours.
+    let bare = body(None, "node-a", d, at, None);
+    let owned = body(Some(&bare), "node-a", d, at, Some(&node_ref("uid-1")));
+    assert_eq!(
+        owned.metadata.owner_references.unwrap(),
+        vec![node_ref("uid-1")]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_owner_is_forgotten_when_the_lease_is_gone_or_names_another_uid() {
+    let every = Duration::from_secs(60);
+    let t0 = Instant::now();
+    let mut owner = owner::Owner::new("node-a", every, t0);
+    assert!(owner.lookup_due(t0));
+    owner.looking_up(t0);
+    owner.found("uid-1".into());
+    assert_eq!(owner.belief().unwrap().uid, "uid-1");
+    // Known: no lookups, however much time passes.
+    assert!(!owner.lookup_due(t0 + every * 10));
+
+    let d = Duration::from_secs(40);
+    let at = ts("2026-11-30T21:00:00Z");
+    let same = body(None, "node-a", d, at, Some(&node_ref("uid-1")));
+    assert!(!owner.observe(&same));
+    assert!(!owner.observe(&body(None, "node-a", d, at, None)));
+    let other = body(None, "node-a", d, at, Some(&node_ref("uid-2")));
+    assert!(owner.observe(&other));
+    assert!(owner.belief().is_none());
+    assert!(owner.lookup_due(t0 + every * 10));
+
+    // Gone: forgotten; looked up again only once the interval since the last lookup passed.
+    owner.looking_up(t0 + every * 10);
+    owner.found("uid-2".into());
+    owner.forget();
+    assert!(owner.belief().is_none());
+    assert!(!owner.lookup_due(t0 + every * 10 + every / 2));
+    assert!(owner.lookup_due(t0 + every * 11));
+}
+
+/// Before: a `Retry-After: 18446744073709551615` on a Lease answer was added to an
+/// `Instant` and panicked the Lease task.
+#[test]
+fn a_huge_retry_after_ends_the_period_instead_of_overflowing() {
+    let interval = Duration::from_secs(10);
+    let mut quick = Backoff::new(Duration::from_millis(100), interval / 4, 0.2).unwrap();
+    let huge = Some(Duration::from_secs(u64::MAX));
+    assert_eq!(
+        quick_retry_wait(&mut quick, huge, interval, Duration::from_secs(9)),
+        None
+    );
+    // Even with a whole period left (or more), a hint is honoured up to one interval.
+    assert_eq!(
+        quick_retry_wait(&mut quick, huge, interval, Duration::MAX),
+        Some(interval)
+    );
+    // A hint that fits is honoured; none gives the backoff's own delay, under its cap.
+    assert_eq!(
+        quick_retry_wait(
+            &mut quick,
+            Some(Duration::from_secs(2)),
+            interval,
+            Duration::from_secs(9)
+        ),
+        Some(Duration::from_secs(2))
+    );
+    let own = quick_retry_wait(&mut quick, None, interval, Duration::from_secs(9)).unwrap();
+    assert!(own <= interval / 4, "{own:?}");
+    assert_eq!(
+        quick_retry_wait(
+            &mut quick,
+            Some(Duration::from_secs(3)),
+            interval,
+            Duration::from_secs(3)
+        ),
+        None
+    );
+}
+
+#[test]
+fn a_bystander_reads_every_half_lease_duration_at_most_once_per_interval() {
+    let s = Duration::from_secs;
+    assert_eq!(bystander_reads(s(10), s(40)), s(20));
+    assert_eq!(bystander_reads(s(10), s(11)), s(10));
 }

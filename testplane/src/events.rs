@@ -35,6 +35,8 @@ pub enum Event {
         conn: u64,
         alpn: Option<String>,
         client_cn: Option<String>,
+        /// The server name the client sent (SNI), if any.
+        sni: Option<String>,
     },
     ConnectionClosed {
         conn: u64,

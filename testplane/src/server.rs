@@ -1,8 +1,9 @@
 //! The HTTPS listener: TLS config (ring provider, h2 + http/1.1 by ALPN, client certs
-//! requested), connection ids and events, bytes on the wire per connection (`wire`),
-//! outages (drop every connection, re-listen on the same port) and shutdown, and the
-//! connection-level fault hooks: accept modes (silent, a stalled TLS handshake), watches
-//! reset with a TCP RST, and rewritten answers. Request handling is `api`'s.
+//! requested), connection ids and events (with the SNI each client sent), bytes on the
+//! wire per connection (`wire`), outages (drop every connection, re-listen on the same
+//! port) and shutdown, and the connection-level fault hooks: accept modes (silent, a
+//! stalled TLS handshake), watches reset with a TCP RST, and rewritten answers. Request
+//! handling is `api`'s.
 
 use std::io;
 use std::net::SocketAddr;
@@ -212,10 +213,12 @@ async fn serve_conn(
             auth::PeerCert::Trusted(cn, _) => Some(cn.clone()),
             _ => None,
         };
+        let sni = sc.server_name().map(str::to_string);
         shared.emit(Event::TlsHandshake {
             conn,
             alpn,
             client_cn,
+            sni,
         });
         let info = ConnInfo { conn, peer };
         let (sh, rs) = (shared.clone(), reset.clone());

@@ -341,3 +341,31 @@ fn dechunk(mut body: &str) -> String {
     }
     out
 }
+
+/// A loopback listener (IPv6 if the host has it) whose accept queue is full and never
+/// drained: the kernel drops further SYNs, so a connection to it neither succeeds nor
+/// fails — a black-holed path. Keep the returned listener and socket alive.
+pub async fn black_hole() -> (
+    std::net::SocketAddr,
+    tokio::net::TcpListener,
+    tokio::net::TcpStream,
+) {
+    let v6 = tokio::net::TcpSocket::new_v6()
+        .and_then(|s| s.bind("[::1]:0".parse().unwrap()).map(|()| s));
+    let socket = v6.unwrap_or_else(|_| {
+        let s = tokio::net::TcpSocket::new_v4().unwrap();
+        s.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        s
+    });
+    // Backlog 0 still queues one connection: fill it.
+    let listener = socket.listen(0).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let held = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let probe = tokio::time::timeout(
+        Duration::from_millis(300),
+        tokio::net::TcpStream::connect(addr),
+    )
+    .await;
+    assert!(probe.is_err(), "{addr} answers: no black hole on this host");
+    (addr, listener, held)
+}
