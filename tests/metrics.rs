@@ -376,3 +376,82 @@ async fn an_identity_no_longer_used_leaves_no_connection_open() {
     );
     let _ = agent.terminate().await;
 }
+
+/// A local client that pipelines requests and never reads: its responses fill both socket
+/// buffers, hyper blocks writing, and the connection would hold its permit forever. Sixteen
+/// of them hold every permit. The per-connection deadline (no byte in or out for
+/// `IDLE_TIMEOUT`) closes them, so a 17th scrape waits at most about that long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelining_clients_that_never_read_do_not_block_scrapes_past_the_deadline() {
+    use bootlet::metrics::server::{IDLE_TIMEOUT, MAX_CONNECTIONS};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let tp = support::plane(Duration::from_secs(3600)).await;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let agent = Agent::spawn(&args(&node, "n-pipeline", "127.0.0.1:0", &[]));
+    let addr = metrics_address(&agent).await;
+    agent
+        .wait_for_log("ready: client certificate and kubeconfig in place")
+        .await;
+    assert_eq!(get(addr, "/metrics").await.0, 200);
+
+    // Each writes requests without end and reads nothing; a small receive buffer fills fast.
+    let batch = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n".repeat(256);
+    let mut hogs = Vec::new();
+    for _ in 0..MAX_CONNECTIONS {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut stream = socket.connect(addr).await.unwrap();
+        let batch = batch.clone();
+        hogs.push(tokio::spawn(async move {
+            let mut written = 0usize;
+            while stream.write_all(batch.as_bytes()).await.is_ok() {
+                written += batch.len();
+            }
+            // Closed by the server: report when, and that it was the server.
+            let mut rest = Vec::new();
+            let _ = stream.read_to_end(&mut rest).await;
+            (tokio::time::Instant::now(), written)
+        }));
+    }
+    // Every permit is held: a scrape gets no answer while they are young.
+    let start = tokio::time::Instant::now();
+    let scrape =
+        tokio::spawn(async move { (get(addr, "/healthz").await, tokio::time::Instant::now()) });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !scrape.is_finished(),
+        "the 17th scrape was answered while {MAX_CONNECTIONS} connections held every permit"
+    );
+    // ...and is answered once the deadline closed them. Filling a hog's buffers (megabytes of
+    // answers, each a fresh render) takes a few seconds before its idle time starts: 8 s slack.
+    let slack = Duration::from_secs(8);
+    let ((code, body), answered) =
+        tokio::time::timeout(IDLE_TIMEOUT + slack + Duration::from_secs(2), scrape)
+            .await
+            .expect("the 17th scrape is answered within the per-connection deadline")
+            .unwrap();
+    assert_eq!((code, body.as_str()), (200, "ok\n"));
+    let waited = answered - start;
+    assert!(
+        waited >= Duration::from_secs(2) && waited <= IDLE_TIMEOUT + slack,
+        "answered after {waited:?} (idle deadline {IDLE_TIMEOUT:?})"
+    );
+    eprintln!("17th scrape answered after {waited:?}");
+    for hog in hogs {
+        let (closed, written) = tokio::time::timeout(WAIT, hog)
+            .await
+            .expect("every hog is closed by the server")
+            .unwrap();
+        assert!(
+            closed - start <= IDLE_TIMEOUT + slack,
+            "{:?}",
+            closed - start
+        );
+        assert!(written > 0);
+    }
+    // The agent serves on.
+    assert_eq!(get(addr, "/readyz").await.0, 200);
+    let (status, _) = agent.terminate().await;
+    assert!(status.success());
+}
