@@ -21,7 +21,7 @@ use tokio::time::Instant;
 
 use super::deadline::{Deadlines, Progress, Tracked, Verdict};
 use super::{CONTENT_TYPE, METRICS};
-use crate::runtime::health::{self, Health, Snapshot};
+use crate::runtime::health::{self, Health, Snapshot, State};
 use crate::runtime::shutdown::Shutdown;
 
 /// Connections served at once; more wait in the kernel's backlog.
@@ -182,7 +182,7 @@ fn healthz(health: &Health, now: Instant) -> Response<Full<Bytes>> {
     }
 }
 
-/// 200 with a valid client certificate (what READY=1 means); `verbose` lists the
+/// 200 with a client certificate valid now (what READY=1 means); `verbose` lists the
 /// conditions, one line each, and the Lease's freshness, which never gates readiness.
 fn readyz(snap: &Snapshot, now: SystemTime, verbose: bool) -> Response<Full<Bytes>> {
     let (code, body) = readiness(snap, now, verbose, METRICS.lease_duration());
@@ -196,9 +196,25 @@ pub fn readiness(
     verbose: bool,
     lease_duration: Duration,
 ) -> (StatusCode, String) {
-    let ready = snap.ready();
+    // The certificate stays in the snapshot after it expired (until a replacement is
+    // installed): readiness compares it with the clock at each request.
+    let expired = snap.cert_expired(now);
+    let ready = snap.ready() && !expired;
     let mut lines = Vec::new();
     match &snap.cert {
+        Some(cert) if expired => {
+            let mut line = format!(
+                "[-]client-certificate failed: expired at {}",
+                health::rfc3339(cert.not_after)
+            );
+            if snap.bootstrap != State::Installed {
+                line.push_str("; ");
+                line.push_str(&crate::runtime::text::one_line(
+                    &snap.bootstrap.status_line(now),
+                ));
+            }
+            lines.push(line);
+        }
         Some(cert) => lines.push(format!(
             "[+]client-certificate ok: valid until {}",
             health::rfc3339(cert.not_after)
@@ -208,7 +224,7 @@ pub fn readiness(
             snap.status_line(now)
         )),
     }
-    lines.push(if ready {
+    lines.push(if snap.ready() {
         "[+]kubeconfig ok".to_string()
     } else {
         "[-]kubeconfig failed: not written until a certificate is installed".to_string()

@@ -196,6 +196,37 @@ fn outcomes_count_into_both_names_and_the_pending_gauge_follows_the_csr() {
     );
 }
 
+/// The certificate stays in the snapshot once expired: `/readyz` compares it with the clock
+/// at the request and names the expiry.
+#[test]
+fn readyz_fails_once_the_certificate_expired() {
+    let not_after = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let lease = Duration::from_secs(40);
+    let mut snap = snapshot(Some(not_after), Some(not_after - Duration::from_secs(2)));
+    snap.bootstrap = State::WaitingApproval {
+        csr: "node-csr-fallback".into(),
+        since: not_after,
+    };
+    let before = not_after - Duration::from_secs(1);
+    assert_eq!(readiness(&snap, before, false, lease).0, StatusCode::OK);
+    let after = not_after + Duration::from_secs(1);
+    let (code, body) = readiness(&snap, after, false, lease);
+    assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(
+        body.starts_with("readyz check failed: client cert expired at 2027-01-15T08:00:00Z; waiting for approval of CSR node-csr-fallback"),
+        "{body}"
+    );
+    let (code, body) = readiness(&snap, after, true, lease);
+    assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
+    let lines: Vec<&str> = body.lines().collect();
+    assert!(
+        lines[0].starts_with("[-]client-certificate failed: expired at 2027-01-15T08:00:00Z; waiting for approval of CSR node-csr-fallback"),
+        "{body}"
+    );
+    assert_eq!(lines[1], "[+]kubeconfig ok");
+    assert_eq!(lines.last(), Some(&"readyz check failed"));
+}
+
 #[test]
 fn readyz_is_the_certificate_and_verbose_lists_the_lease_without_gating_on_it() {
     let now = SystemTime::now();
