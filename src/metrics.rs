@@ -20,6 +20,7 @@ use prometheus::{
 
 use crate::runtime::health::Snapshot;
 
+pub mod deadline;
 pub mod server;
 
 /// The kubelet's buckets for `certificate_manager_server_rotation_seconds`: a minute to

@@ -376,3 +376,83 @@ async fn an_identity_no_longer_used_leaves_no_connection_open() {
     );
     let _ = agent.terminate().await;
 }
+
+/// A local client that pipelines requests and never reads: its answers fill both socket
+/// buffers, hyper blocks writing, and the connection would hold its permit forever (before
+/// the fix the 17th scrape was never answered). Sixteen of them hold every permit. The
+/// per-connection deadline (no byte in or out for `IDLE_TIMEOUT`) closes them, so a 17th
+/// scrape is answered after that deadline plus the time the hogs take to fill the buffers
+/// (megabytes of answers, each a fresh render: 1-4 s here, up to ~10 s on a loaded machine).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipelining_clients_that_never_read_do_not_block_scrapes_past_the_deadline() {
+    use bootlet::metrics::server::{IDLE_TIMEOUT, MAX_CONNECTIONS};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::time::Instant;
+
+    /// The fill time allowed on top of the deadline.
+    const FILL: Duration = Duration::from_secs(20);
+
+    let tp = support::plane(Duration::from_secs(3600)).await;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let agent = Agent::spawn(&args(&node, "n-pipeline", "127.0.0.1:0", &[]));
+    let addr = metrics_address(&agent).await;
+    agent
+        .wait_for_log("ready: client certificate and kubeconfig in place")
+        .await;
+    assert_eq!(get(addr, "/metrics").await.0, 200);
+
+    // Each writes requests without end and reads nothing (a small receive buffer fills
+    // sooner); when the server closes it, it reports when.
+    let start = Instant::now();
+    let batch = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n".repeat(64);
+    let mut hogs = Vec::new();
+    for _ in 0..MAX_CONNECTIONS {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut stream = socket.connect(addr).await.unwrap();
+        let batch = batch.clone();
+        hogs.push(tokio::spawn(async move {
+            while stream.write_all(batch.as_bytes()).await.is_ok() {}
+            let mut rest = Vec::new();
+            let _ = stream.read_to_end(&mut rest).await;
+            Instant::now()
+        }));
+    }
+    // Every permit is held: a scrape gets no answer at first...
+    let scrape = tokio::spawn(async move {
+        let answer = support::http_within(addr, "GET", "/healthz", IDLE_TIMEOUT + FILL).await;
+        (answer, Instant::now())
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !scrape.is_finished(),
+        "the 17th scrape was answered while {MAX_CONNECTIONS} connections held every permit"
+    );
+    // ...and is answered once the idle deadline closed them: not before it, not much after.
+    let ((code, body), answered) = tokio::time::timeout(IDLE_TIMEOUT + FILL, scrape)
+        .await
+        .expect("the 17th scrape is answered after the per-connection deadline")
+        .unwrap();
+    assert_eq!((code, body.as_str()), (200, "ok\n"));
+    let waited = answered - start;
+    eprintln!("17th scrape answered after {waited:?} (idle deadline {IDLE_TIMEOUT:?})");
+    assert!(
+        waited >= IDLE_TIMEOUT && waited <= IDLE_TIMEOUT + FILL,
+        "answered after {waited:?}"
+    );
+    for hog in hogs {
+        let closed = tokio::time::timeout(FILL, hog)
+            .await
+            .expect("every hog is closed by the server")
+            .unwrap()
+            - start;
+        assert!(
+            closed >= IDLE_TIMEOUT && closed <= IDLE_TIMEOUT + FILL,
+            "closed after {closed:?}"
+        );
+    }
+    // The agent serves on.
+    assert_eq!(get(addr, "/readyz").await.0, 200);
+    let (status, _) = agent.terminate().await;
+    assert!(status.success());
+}

@@ -413,3 +413,77 @@ async fn under_systemd_a_late_bootstrap_kubeconfig_is_waited_for() {
         "one line while waiting, not one per poll:\n{log}"
     );
 }
+
+/// A 6 s certificate whose rotation cannot happen (the approver is a human who never comes
+/// back): once it expired, STATUS= says so (sent when the certificate expires, not on some
+/// later wake-up) and `/readyz` turns 500 naming the expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_certificate_is_not_ready_and_status_says_expired() {
+    let tp = TestPlane::builder()
+        .cert_ttl(Duration::from_secs(6))
+        .backdate(Duration::ZERO)
+        .approval(Approval::Manual)
+        .start()
+        .await
+        .unwrap();
+    let mut events = tp.events();
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let mut notify = NotifySocket::bind();
+    let mut a = args(&node, "n-expiry", &["--renew-lease=false"]);
+    let at = a
+        .iter()
+        .position(|s| s == "--metrics-bind-address")
+        .unwrap();
+    a[at + 1] = "127.0.0.1:0".into();
+    let agent = Agent::spawn_env(&a, &[("NOTIFY_SOCKET", &notify.env())]);
+    let metrics = support::metrics_address(&agent).await;
+    let csr = wait_event(&mut events, |e| match e {
+        Event::CsrCreated { name, .. } => Some(name.clone()),
+        _ => None,
+    })
+    .await;
+    tp.approve(&csr).unwrap();
+    let (ready_at, _) = notify.until("READY=1", |l| l == "READY=1").await;
+    // Issued (notBefore, not backdated) just before READY=1: it expires within 6 s of it.
+    let not_after = std::time::SystemTime::now() + Duration::from_secs(6);
+    assert_eq!(support::http(metrics, "GET", "/readyz").await.0, 200);
+
+    // Nothing approves the rotation CSR (or the fallback's): the certificate expires.
+    let (seen, msg) = notify
+        .until("an expired STATUS", |l| {
+            l.starts_with("STATUS=client cert expired at ")
+        })
+        .await;
+    let status = msg
+        .lines()
+        .find(|l| l.starts_with("STATUS="))
+        .unwrap()
+        .to_string();
+    assert!(!status.contains("valid until"), "{status}");
+    assert!(
+        std::time::SystemTime::now() + Duration::from_secs(1) >= not_after,
+        "expired STATUS before the expiry: {status}"
+    );
+    // Sent at the expiry (bootlet wakes for it), not at some later wake-up.
+    let late = seen - ready_at;
+    assert!(
+        late <= Duration::from_millis(7500),
+        "expired STATUS {late:?} after READY=1"
+    );
+    eprintln!("expired STATUS {late:?} after READY=1 (6 s certificate)");
+    let (code, body) = support::http(metrics, "GET", "/readyz").await;
+    assert_eq!(code, 500, "{body}");
+    assert!(
+        body.starts_with("readyz check failed: client cert expired at "),
+        "{body}"
+    );
+    let (code, verbose) = support::http(metrics, "GET", "/readyz?verbose").await;
+    assert_eq!(code, 500, "{verbose}");
+    assert!(
+        verbose.contains("[-]client-certificate failed: expired at "),
+        "{verbose}"
+    );
+    assert!(verbose.ends_with("readyz check failed\n"), "{verbose}");
+    let (status, log) = agent.terminate().await;
+    assert!(status.success(), "{log}");
+}

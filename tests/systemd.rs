@@ -953,3 +953,83 @@ async fn install_serving_points_the_kubelet_at_the_serving_pair() {
     eprintln!("serving drop-in checked in {:?}", started.elapsed());
     drop(container);
 }
+
+/// The contract's `--node-ip` default (the default-route interface's addresses) under the
+/// shipped unit's sandbox: bootlet.service with `serverTLSBootstrap: true` and no `nodeIP`
+/// writes its placeholder serving certificate before bootstrap, for the SANs it detected.
+/// The container shares the host's network, so it must find what the test (unsandboxed)
+/// finds on the host: not an empty list because the sandbox hid the interface list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_shipped_unit_detects_the_default_route_addresses() {
+    const PLACEHOLDER: &str = "/var/lib/kubelet/pki/kubelet-server-current.pem";
+    let host = bootlet::identity::sans::default_route_addresses();
+    assert!(
+        !host.is_empty(),
+        "this host has no default route with a global address: the test cannot tell"
+    );
+    let Setup {
+        started,
+        share,
+        name,
+    } = setup("ip");
+    let tp = plane(Approval::Auto).await;
+    let s = share.path();
+    std::fs::write(s.join("bootstrap-kubelet.conf"), tp.bootstrap_kubeconfig()).unwrap();
+    write_config(s, "1s", "serverTLSBootstrap: true\n");
+    write_test_dropin(s);
+    let container = Container::boot(&name, s).await;
+    let c = &container;
+    install(c, s).await;
+    c.exec(&["systemctl", "start", "--no-block", "bootlet"])
+        .await;
+    let line = c
+        .until(
+            "the placeholder serving certificate",
+            Duration::from_secs(15),
+            move || async move {
+                let j = c.journal(&[]).await;
+                j.lines()
+                    .find(|l| l.contains("wrote a self-signed one"))
+                    .map(str::to_string)
+            },
+        )
+        .await;
+    let (ok, sans) = c
+        .exec(&[
+            "openssl",
+            "x509",
+            "-in",
+            PLACEHOLDER,
+            "-noout",
+            "-ext",
+            "subjectAltName",
+        ])
+        .await;
+    assert!(ok, "{sans}");
+    for ip in &host {
+        let shown = match ip {
+            std::net::IpAddr::V4(v4) => v4.to_string(),
+            // openssl prints IPv6 SANs in full, upper case: FD00:0:0:0:0:0:0:2.
+            std::net::IpAddr::V6(v6) => v6
+                .segments()
+                .iter()
+                .map(|s| format!("{s:X}"))
+                .collect::<Vec<_>>()
+                .join(":"),
+        };
+        assert!(
+            sans.contains(&format!("IP Address:{shown}")),
+            "the sandboxed agent did not detect {ip} (the host's default-route address):\n{sans}\n{line}"
+        );
+    }
+    let journal = c.journal(&[]).await;
+    assert!(
+        !journal.contains("cannot list interface addresses"),
+        "{journal}"
+    );
+    eprintln!(
+        "detected {host:?} under the shipped unit in {:?}",
+        started.elapsed()
+    );
+    drop(container);
+}

@@ -12,7 +12,7 @@ use crate::pki::verify::VerifyError;
 use crate::runtime::health::rfc3339;
 use crate::runtime::report;
 
-use super::observe::{CertObs, Observations, TlsFailure, Using};
+use super::observe::{CertObs, HttpFailure, Observations, TlsFailure, Using};
 use super::{CheckId, Outcome};
 
 mod access;
@@ -149,7 +149,32 @@ fn server_reachable(obs: &Observations) -> Outcome {
             Outcome::fail(format!("{s}: TLS handshake failed: {detail}"), curl(obs))
         }
         (_, None) => budget(obs, "TLS handshake"),
-        _ => Outcome::pass(format!("{s} answers TCP and TLS")),
+        // Not a session we trust: ca-trust names that, and no request was sent.
+        (_, Some(Err(_))) => Outcome::pass(format!("{s} answers TCP and TLS")),
+        (_, Some(Ok(()))) => round_trip(obs, &s),
+    }
+}
+
+/// The HTTP part of server-reachable: its own `GET /livez` on the verified session.
+fn round_trip(obs: &Observations, s: &str) -> Outcome {
+    let path = super::observe::LIVEZ;
+    match &obs.net.http {
+        Some(Ok(code)) if *code >= 500 => Outcome::warn(
+            format!("{s} answers TCP, TLS and HTTP, but GET {path} says {code}: the API server reports itself unhealthy"),
+            Some(curl(obs)),
+        ),
+        Some(Ok(code)) => Outcome::pass(format!(
+            "{s} answers TCP, TLS and HTTP (GET {path}: {code})"
+        )),
+        Some(Err(HttpFailure::Timeout { after })) => Outcome::fail(
+            format!("{s} completes TCP and TLS but did not answer GET {path} within {after:?}: the server is hung or overloaded"),
+            curl(obs),
+        ),
+        Some(Err(HttpFailure::Failed { detail })) => Outcome::fail(
+            format!("{s} completes TCP and TLS but gave no HTTP answer to GET {path}: {detail}"),
+            curl(obs),
+        ),
+        None => budget(obs, &format!("GET {path}")),
     }
 }
 
@@ -164,21 +189,23 @@ fn ca_trust(obs: &Observations) -> Outcome {
             server_ca_pins,
             server_issuer,
         })) => {
+            // What this endpoint presents is unverified (it may be an impostor, or another
+            // cluster): shown to compare, never offered as the pin to trust. The cluster's own
+            // pin comes from the control plane, in the join command kubeadm prints there.
             let theirs = if server_ca_pins.is_empty() {
-                format!("issued by {server_issuer} (the server sent no CA certificate)")
+                format!("a certificate issued by {server_issuer} (the server sent no CA certificate)")
             } else {
-                format!("CA {}", server_ca_pins.join(", "))
-            };
-            let fix = match server_ca_pins.first() {
-                Some(pin) => format!("{NEW_TOKEN}  # then join again with --discovery-token-ca-cert-hash {pin} to rewrite {file}"),
-                None => format!("{NEW_TOKEN}  # then join again to rewrite {file} with the cluster's CA"),
+                format!(
+                    "CA {} (information only: an unverified endpoint's CA, not a pin to trust)",
+                    server_ca_pins.join(", ")
+                )
             };
             Outcome::fail(
                 format!(
                     "x509: certificate signed by unknown authority: the server presents {theirs}, but {file} trusts CA {}",
                     kubeconfig_pins.join(", ")
                 ),
-                fix,
+                format!("{NEW_TOKEN}  # on a control-plane node: join again with the command it prints (its --discovery-token-ca-cert-hash is the cluster CA's pin) to rewrite {file}"),
             )
         }
         Some(Err(TlsFailure::BadCertificate { detail })) => Outcome::fail(

@@ -1,6 +1,7 @@
 //! doctor's IO shell: everything it looks at, gathered once — settings, both kubeconfigs,
-//! the cert dir, TCP and TLS to the server, its `Date`, SelfSubjectReview/AccessReview, our
-//! CSR, the Node and the Lease. Each step has its own timeout; it judges nothing (checks.rs does).
+//! the cert dir, TCP, TLS and one HTTP round trip to the server, its `Date`,
+//! SelfSubjectReview/AccessReview, our CSR, the Node and the Lease. Each step has its own
+//! timeout; it judges nothing (checks.rs does).
 
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
@@ -24,18 +25,22 @@ use crate::pki::{self, CertInfo};
 use crate::runtime::report;
 
 mod csr;
+mod http;
 mod tls;
 
+pub use http::{HttpFailure, PATH as LIVEZ};
 pub use tls::{spki_pin, TlsFailure};
 
 /// Bound on DNS + TCP connect.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Bound on the TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
-/// Bound on each API request (they run concurrently after the handshake).
+/// Bound on server-reachable's one HTTP round trip (`GET /livez`) on doctor's own session.
+pub const ROUND_TRIP_TIMEOUT: Duration = Duration::from_millis(1500);
+/// Bound on each API request (they run concurrently after the round trip).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_millis(2500);
-/// Bound on the whole network part: connect + handshake + one round of requests ≤ 6.5 s,
-/// and this belt keeps the run under the contract's 10 s whatever happens.
+/// Bound on the whole network part: connect + handshake + round trip + one round of
+/// requests ≤ 8 s, and this belt keeps the run under the contract's 10 s whatever happens.
 pub const NETWORK_BUDGET: Duration = Duration::from_secs(8);
 
 /// Everything doctor saw. `None` means "not looked at" (a prerequisite was missing).
@@ -93,6 +98,8 @@ pub enum Using {
 pub struct Net {
     pub tcp: Option<Result<(), String>>,
     pub tls: Option<Result<(), TlsFailure>>,
+    /// The HTTP status of an anonymous `GET /livez` on the verified session.
+    pub http: Option<Result<u16, HttpFailure>>,
     /// Server clock minus ours, seconds, from a response's `Date`.
     pub skew: Option<Result<i64, api::Error>>,
     pub review: Option<Result<UserInfo, api::Error>>,
@@ -246,10 +253,23 @@ async fn network(
             return;
         }
     };
-    let tls = tls::handshake(stream, &cluster.server, &cluster.ca_pem, HANDSHAKE_TIMEOUT).await;
-    let trusted = tls.is_ok();
-    net.tls = Some(tls);
-    if !trusted {
+    let session =
+        match tls::handshake(stream, &cluster.server, &cluster.ca_pem, HANDSHAKE_TIMEOUT).await {
+            Ok(session) => {
+                net.tls = Some(Ok(()));
+                session
+            }
+            Err(e) => {
+                net.tls = Some(Err(e));
+                return;
+            }
+        };
+    // One HTTP round trip before any API request: a server that completes TLS and then
+    // hangs is named here, and the requests that would only hang too are not sent.
+    let answered = http::livez(session, &cluster.server.url, ROUND_TRIP_TIMEOUT).await;
+    let answered_ok = answered.is_ok();
+    net.http = Some(answered);
+    if !answered_ok {
         return;
     }
     let opts = ClientOptions {

@@ -92,25 +92,33 @@ pub fn is_global_unicast(ip: IpAddr) -> bool {
 }
 
 /// The global unicast addresses of the interfaces holding a default route, read from
-/// `/proc/net/route`, `/proc/net/ipv6_route` and the interface list. An IPv4 default route
-/// contributes its interface's IPv4 addresses and an IPv6 one its IPv6 addresses (as the
-/// kubelet's `ChooseHostInterface` matches the family). Empty when nothing can be read:
-/// the caller then waits for `--node-ip` or the Node's addresses.
+/// `/proc/net/route`, `/proc/net/ipv6_route` and the interface list (`getifaddrs`, a
+/// netlink socket: the unit allows `AF_NETLINK` for it). An IPv4 default route contributes
+/// its interface's IPv4 addresses and an IPv6 one its IPv6 addresses (as the kubelet's
+/// `ChooseHostInterface` matches the family). Empty when nothing can be read, with one
+/// warning: the caller then waits for `--node-ip` or the Node's addresses.
 pub fn default_route_addresses() -> Vec<IpAddr> {
+    const FIX: &str = "the serving certificate gets no IP SAN until the Node reports its addresses; set nodeIP (--node-ip)";
     let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
     let v4 = ipv4_default_ifaces(&read("/proc/net/route"));
     let v6 = ipv6_default_ifaces(&read("/proc/net/ipv6_route"));
     if v4.is_empty() && v6.is_empty() {
+        tracing::warn!("no default route in /proc/net/route or /proc/net/ipv6_route: {FIX}");
         return Vec::new();
     }
     let addrs: Vec<(String, IpAddr)> = match if_addrs::get_if_addrs() {
         Ok(list) => list.into_iter().map(|i| (i.name.clone(), i.ip())).collect(),
         Err(e) => {
-            tracing::debug!(error = %e, "cannot list interface addresses");
+            // Under a sandbox without AF_NETLINK (RestrictAddressFamilies=): say so.
+            tracing::warn!(error = %e, "cannot list interface addresses: {FIX}");
             return Vec::new();
         }
     };
-    pick_addresses(&v4, &v6, &addrs)
+    let picked = pick_addresses(&v4, &v6, &addrs);
+    if picked.is_empty() {
+        tracing::warn!(interfaces = ?[&v4[..], &v6[..]].concat(), "the default-route interfaces have no global unicast address: {FIX}");
+    }
+    picked
 }
 
 /// The interfaces of the IPv4 default routes in `/proc/net/route` text: Destination and Mask

@@ -2,7 +2,8 @@
 //! loop keeps its heartbeat promise: the same test that stops the systemd watchdog) and
 //! `/readyz` (a valid client certificate, the condition of READY=1; `?verbose` lists each
 //! condition, the Lease's freshness among them, kube-apiserver style). HTTP/1.1, one small
-//! task per connection, bounded in number and in how long a request may take to arrive.
+//! task per connection, bounded in number, in how long a request may take to arrive, and in
+//! how long a connection may stall or live (`deadline.rs`).
 //! A listener that cannot bind is one error line; bootlet runs on without it.
 
 use std::net::SocketAddr;
@@ -14,18 +15,31 @@ use http::{header, Method, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 
+use super::deadline::{Deadlines, Progress, Tracked, Verdict};
 use super::{CONTENT_TYPE, METRICS};
-use crate::runtime::health::{self, Health, Snapshot};
+use crate::runtime::health::{self, Health, Snapshot, State};
 use crate::runtime::shutdown::Shutdown;
 
 /// Connections served at once; more wait in the kernel's backlog.
-const MAX_CONNECTIONS: usize = 16;
+pub const MAX_CONNECTIONS: usize = 16;
+/// A connection that moves no byte in either direction for this long is closed (a client
+/// that pipelines requests and never reads blocks every write; an idle keep-alive).
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest a connection lives; then the answer in flight is finished and it closes.
+pub const MAX_LIFETIME: Duration = Duration::from_secs(60);
 /// A request's headers must arrive within this.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The listener's per-connection deadlines (tests pass shorter ones to [`serve_with`]).
+pub const DEADLINES: Deadlines = Deadlines {
+    idle: IDLE_TIMEOUT,
+    lifetime: MAX_LIFETIME,
+    grace: Duration::from_secs(5),
+};
 
 /// What the endpoints read.
 #[derive(Clone)]
@@ -56,7 +70,17 @@ pub fn bind(addr: SocketAddr) -> Option<TcpListener> {
 }
 
 /// Serves until shutdown.
-pub async fn serve(listener: TcpListener, endpoints: Endpoints, mut shutdown: Shutdown) {
+pub async fn serve(listener: TcpListener, endpoints: Endpoints, shutdown: Shutdown) {
+    serve_with(listener, endpoints, shutdown, DEADLINES).await;
+}
+
+/// [`serve`] with the given per-connection deadlines.
+pub async fn serve_with(
+    listener: TcpListener,
+    endpoints: Endpoints,
+    mut shutdown: Shutdown,
+    deadlines: Deadlines,
+) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     loop {
         let permit = tokio::select! {
@@ -77,17 +101,40 @@ pub async fn serve(listener: TcpListener, endpoints: Endpoints, mut shutdown: Sh
         };
         let endpoints = endpoints.clone();
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| {
-                let resp = respond(&req, &endpoints);
-                async move { Ok::<_, std::convert::Infallible>(resp) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
+            connection(stream, endpoints, deadlines).await;
             drop(permit);
         });
+    }
+}
+
+/// One connection, until the client closes it or a deadline does: no byte moved for
+/// `idle` (dropped at once), or older than `lifetime` (the answer in flight is finished
+/// within `grace`, then dropped).
+async fn connection(stream: TcpStream, endpoints: Endpoints, deadlines: Deadlines) {
+    let progress = Progress::new();
+    let io = TokioIo::new(Tracked::new(stream, progress.clone()));
+    let service = hyper::service::service_fn(move |req| {
+        let resp = respond(&req, &endpoints);
+        async move { Ok::<_, std::convert::Infallible>(resp) }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .serve_connection(io, service);
+    tokio::pin!(conn);
+    let mut closing = None;
+    loop {
+        match deadlines.check(&progress, closing, Instant::now()) {
+            Verdict::Close => return,
+            Verdict::Finish(hard) => {
+                conn.as_mut().graceful_shutdown();
+                closing = Some(hard);
+            }
+            Verdict::Wait(at) => tokio::select! {
+                _ = conn.as_mut() => return,
+                () = tokio::time::sleep_until(at) => {}
+            },
+        }
     }
 }
 
@@ -135,7 +182,7 @@ fn healthz(health: &Health, now: Instant) -> Response<Full<Bytes>> {
     }
 }
 
-/// 200 with a valid client certificate (what READY=1 means); `verbose` lists the
+/// 200 with a client certificate valid now (what READY=1 means); `verbose` lists the
 /// conditions, one line each, and the Lease's freshness, which never gates readiness.
 fn readyz(snap: &Snapshot, now: SystemTime, verbose: bool) -> Response<Full<Bytes>> {
     let (code, body) = readiness(snap, now, verbose, METRICS.lease_duration());
@@ -149,9 +196,25 @@ pub fn readiness(
     verbose: bool,
     lease_duration: Duration,
 ) -> (StatusCode, String) {
-    let ready = snap.ready();
+    // The certificate stays in the snapshot after it expired (until a replacement is
+    // installed): readiness compares it with the clock at each request.
+    let expired = snap.cert_expired(now);
+    let ready = snap.ready() && !expired;
     let mut lines = Vec::new();
     match &snap.cert {
+        Some(cert) if expired => {
+            let mut line = format!(
+                "[-]client-certificate failed: expired at {}",
+                health::rfc3339(cert.not_after)
+            );
+            if snap.bootstrap != State::Installed {
+                line.push_str("; ");
+                line.push_str(&crate::runtime::text::one_line(
+                    &snap.bootstrap.status_line(now),
+                ));
+            }
+            lines.push(line);
+        }
         Some(cert) => lines.push(format!(
             "[+]client-certificate ok: valid until {}",
             health::rfc3339(cert.not_after)
@@ -161,7 +224,7 @@ pub fn readiness(
             snap.status_line(now)
         )),
     }
-    lines.push(if ready {
+    lines.push(if snap.ready() {
         "[+]kubeconfig ok".to_string()
     } else {
         "[-]kubeconfig failed: not written until a certificate is installed".to_string()

@@ -196,6 +196,37 @@ fn outcomes_count_into_both_names_and_the_pending_gauge_follows_the_csr() {
     );
 }
 
+/// The certificate stays in the snapshot once expired: `/readyz` compares it with the clock
+/// at the request and names the expiry.
+#[test]
+fn readyz_fails_once_the_certificate_expired() {
+    let not_after = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    let lease = Duration::from_secs(40);
+    let mut snap = snapshot(Some(not_after), Some(not_after - Duration::from_secs(2)));
+    snap.bootstrap = State::WaitingApproval {
+        csr: "node-csr-fallback".into(),
+        since: not_after,
+    };
+    let before = not_after - Duration::from_secs(1);
+    assert_eq!(readiness(&snap, before, false, lease).0, StatusCode::OK);
+    let after = not_after + Duration::from_secs(1);
+    let (code, body) = readiness(&snap, after, false, lease);
+    assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(
+        body.starts_with("readyz check failed: client cert expired at 2027-01-15T08:00:00Z; waiting for approval of CSR node-csr-fallback"),
+        "{body}"
+    );
+    let (code, body) = readiness(&snap, after, true, lease);
+    assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
+    let lines: Vec<&str> = body.lines().collect();
+    assert!(
+        lines[0].starts_with("[-]client-certificate failed: expired at 2027-01-15T08:00:00Z; waiting for approval of CSR node-csr-fallback"),
+        "{body}"
+    );
+    assert_eq!(lines[1], "[+]kubeconfig ok");
+    assert_eq!(lines.last(), Some(&"readyz check failed"));
+}
+
 #[test]
 fn readyz_is_the_certificate_and_verbose_lists_the_lease_without_gating_on_it() {
     let now = SystemTime::now();
@@ -266,4 +297,125 @@ fn without_the_lease_loop_no_lease_family_is_exported() {
     let text = String::from_utf8(m.render(&snap, now, false)).unwrap();
     assert!(!text.contains("bootlet_lease_"), "{text}");
     assert!(text.contains("kubelet_certificate_manager_client_ttl_seconds "));
+}
+
+mod deadlines {
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::time::Instant;
+
+    use crate::metrics::deadline::{Deadlines, Progress, Verdict};
+    use crate::metrics::server::{serve_with, Endpoints};
+    use crate::runtime::health::Health;
+    use crate::runtime::shutdown;
+
+    const D: Deadlines = Deadlines {
+        idle: Duration::from_secs(10),
+        lifetime: Duration::from_secs(60),
+        grace: Duration::from_secs(5),
+    };
+
+    #[tokio::test(start_paused = true)]
+    async fn idle_closes_at_once_lifetime_finishes_then_closes() {
+        let p = Progress::new();
+        let born = p.born();
+        let s = Duration::from_secs;
+        assert_eq!(D.check(&p, None, born), Verdict::Wait(born + s(10)));
+        assert_eq!(
+            D.check(&p, None, born + s(10)),
+            Verdict::Close,
+            "idle since birth"
+        );
+        // Bytes keep moving: never idle, but the lifetime ends it.
+        let mut closing = None;
+        for t in (5..=60).step_by(5) {
+            tokio::time::advance(s(5)).await;
+            let mut io = crate::metrics::deadline::Tracked::new(tokio::io::empty(), p.clone());
+            let mut byte = [0u8; 1];
+            // An empty reader moves nothing: progress is bytes, not calls.
+            let before = p.last();
+            let _ = io.read(&mut byte).await;
+            assert_eq!(p.last(), before, "no byte, no progress");
+            let mut sink = crate::metrics::deadline::Tracked::new(tokio::io::sink(), p.clone());
+            sink.write_all(b"x").await.unwrap();
+            assert_eq!(p.last(), born + s(t));
+            match D.check(&p, closing, Instant::now()) {
+                Verdict::Wait(at) if t < 60 => {
+                    assert_eq!(at, (born + s(t) + s(10)).min(born + s(60)))
+                }
+                Verdict::Finish(hard) if t == 60 => {
+                    assert_eq!(hard, born + s(65));
+                    closing = Some(hard);
+                }
+                v => panic!("at {t}s: {v:?}"),
+            }
+        }
+        assert_eq!(
+            D.check(&p, closing, born + s(62)),
+            Verdict::Wait(born + s(65))
+        );
+        assert_eq!(D.check(&p, closing, born + s(65)), Verdict::Close);
+    }
+
+    /// A client that asks and reads every 100 ms is never idle, yet its connection ends at
+    /// the lifetime, after an answer completes (graceful), and a new one is served.
+    #[tokio::test]
+    async fn a_busy_keep_alive_connection_ends_at_its_lifetime() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (trigger, stop) = shutdown::channel();
+        let short = Deadlines {
+            idle: Duration::from_millis(500),
+            lifetime: Duration::from_millis(1200),
+            grace: Duration::from_millis(500),
+        };
+        let endpoints = Endpoints {
+            health: Health::new(true),
+            serving: false,
+        };
+        let server = tokio::spawn(serve_with(listener, endpoints, stop, short));
+        let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let start = Instant::now();
+        let mut answers = 0;
+        let mut buf = vec![0u8; 4096];
+        let ended = loop {
+            if conn
+                .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+                .await
+                .is_err()
+            {
+                break start.elapsed();
+            }
+            match tokio::time::timeout(Duration::from_secs(5), conn.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => break start.elapsed(),
+                Ok(Ok(n)) => {
+                    assert!(buf[..n].starts_with(b"HTTP/1.1 200 OK"));
+                    answers += 1;
+                }
+                Err(_) => panic!("no answer and no close within 5s"),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        assert!(answers >= 5, "{answers} answers before the close");
+        assert!(
+            ended >= Duration::from_millis(1200) && ended < Duration::from_millis(2500),
+            "closed after {ended:?}"
+        );
+        // An idle one is closed after `idle`.
+        let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let start = Instant::now();
+        let n = tokio::time::timeout(Duration::from_secs(5), idle.read(&mut buf))
+            .await
+            .expect("closed by the idle deadline")
+            .unwrap();
+        assert_eq!(n, 0);
+        let waited = start.elapsed();
+        assert!(
+            waited >= Duration::from_millis(450) && waited < Duration::from_millis(1500),
+            "{waited:?}"
+        );
+        trigger.fire();
+        server.await.unwrap();
+    }
 }

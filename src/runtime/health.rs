@@ -57,6 +57,12 @@ impl Snapshot {
         self.cert.is_some()
     }
 
+    /// Whether the client certificate in use has expired at `now`: it stays in the snapshot
+    /// until a replacement is installed, so readers compare it with the clock.
+    pub fn cert_expired(&self, now: SystemTime) -> bool {
+        self.cert.as_ref().is_some_and(|c| now >= c.not_after)
+    }
+
     /// One line for `systemctl status`, saying what the agent waits for or does next. Server
     /// text in it (a deny message, a `Status.message`) has its controls escaped: the line is
     /// sent as `STATUS=` and must never carry a second notify assignment.
@@ -68,10 +74,15 @@ impl Snapshot {
         let Some(cert) = &self.cert else {
             return self.bootstrap.status_line(now);
         };
-        let mut line = format!("client cert valid until {}", rfc3339(cert.not_after));
-        if let Some(at) = cert.rotate_at {
-            line.push_str(&format!(", rotates at {}", rfc3339(at)));
-        }
+        let mut line = if self.cert_expired(now) {
+            format!("client cert expired at {}", rfc3339(cert.not_after))
+        } else {
+            let mut valid = format!("client cert valid until {}", rfc3339(cert.not_after));
+            if let Some(at) = cert.rotate_at {
+                valid.push_str(&format!(", rotates at {}", rfc3339(at)));
+            }
+            valid
+        };
         if !matches!(self.bootstrap, State::Installed) {
             line.push_str("; ");
             line.push_str(&self.bootstrap.status_line(now));
@@ -278,6 +289,29 @@ mod tests {
         assert_eq!(snap.status_line(t(197)), healthy);
         snap.lease.failing_since = Some(t(185));
         assert_ne!(snap.status_line(t(192)), snap.status_line(t(197)));
+    }
+
+    #[test]
+    fn an_expired_certificate_says_so_by_the_clock() {
+        let mut snap = Health::new(false).snapshot();
+        snap.cert = Some(CertSummary {
+            serial: "0a".into(),
+            not_after: t(3600),
+            rotate_at: Some(t(2700)),
+        });
+        snap.bootstrap = State::WaitingApproval {
+            csr: "node-csr-r".into(),
+            since: t(2700),
+        };
+        assert!(!snap.cert_expired(t(3599)));
+        assert!(snap
+            .status_line(t(3599))
+            .starts_with("client cert valid until 2027-01-15T09:00:00Z, rotates at"));
+        assert!(snap.cert_expired(t(3600)));
+        assert_eq!(
+            snap.status_line(t(3601)),
+            "client cert expired at 2027-01-15T09:00:00Z; waiting for approval of CSR node-csr-r for 15m1s — approve with: kubectl certificate approve node-csr-r"
+        );
     }
 
     #[test]

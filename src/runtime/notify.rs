@@ -19,6 +19,10 @@ use crate::runtime::ticker::Ticker;
 /// approval … for 3m12s"); a line that does not age is sent only when it changes.
 const STATUS_REFRESH: Duration = Duration::from_secs(5);
 
+/// How long after the client certificate's notAfter STATUS= is re-evaluated (timers fire
+/// on the monotonic clock, the expiry is wall-clock time: a little late, never early).
+const EXPIRY_MARGIN: Duration = Duration::from_millis(50);
+
 /// The ping period for a `WATCHDOG_USEC` of `usec`: half of it, as sd_watchdog_enabled(3)
 /// recommends, so one late tick never costs a restart. At least 1 ms.
 pub fn watchdog_period(usec: Duration) -> Duration {
@@ -79,9 +83,17 @@ pub async fn run(health: Health, mut shutdown: Shutdown) {
             shutdown.requested().await;
             return;
         }
+        // The line also changes on its own when the certificate expires: be awake then, so
+        // STATUS= says "expired" at the expiry, not at some later wake-up.
+        let expiry = snap
+            .cert
+            .as_ref()
+            .and_then(|c| c.not_after.duration_since(now).ok())
+            .filter(|left| !left.is_zero());
         tokio::select! {
             changed = snapshots.changed() => if changed.is_err() { return },
             () = tokio::time::sleep(STATUS_REFRESH), if ages => {}
+            () = tokio::time::sleep(expiry.unwrap_or_default() + EXPIRY_MARGIN), if listening && expiry.is_some() => {}
             () = deadline(&mut watchdog) => {}
             () = shutdown.requested() => return,
         }

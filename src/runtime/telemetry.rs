@@ -152,6 +152,18 @@ fn stderr_identity() -> Option<(u64, u64)> {
     Some((meta.dev(), meta.ino()))
 }
 
+/// A field's value as every text sink shows it (stderr lines, the journal's `MESSAGE` and
+/// its structured fields): its `Debug` form (strings quoted and escaped, `%display` values
+/// as they are), then made one line (`text::one_line`). The one escaping of server text in
+/// logs: a deny message or a proxy's error page can start no line, entry or escape of its own.
+pub fn field_text(value: &dyn fmt::Debug) -> String {
+    let text = format!("{value:?}");
+    match crate::runtime::text::one_line(&text) {
+        std::borrow::Cow::Borrowed(_) => text,
+        std::borrow::Cow::Owned(safe) => safe,
+    }
+}
+
 /// Text-mode fields (`message key=value …`) with every value made one line
 /// (`text::one_line`): a value built from server text (a deny message, a proxy's error page)
 /// can neither start a log line of its own nor carry terminal escapes.
@@ -187,8 +199,7 @@ impl tracing::field::Visit for OneLineVisitor<'_> {
         if self.result.is_err() {
             return;
         }
-        let text = format!("{value:?}");
-        let text = crate::runtime::text::one_line(&text);
+        let text = field_text(value);
         let sep = if self.first { "" } else { " " };
         self.first = false;
         self.result = match field.name() {
@@ -274,7 +285,9 @@ mod tests {
         }
     }
 
-    fn capture(f: impl FnOnce()) -> String {
+    /// What the prefixed stderr format writes for the events `f` emits (journal.rs compares
+    /// its MESSAGE with it).
+    pub(super) fn capture(f: impl FnOnce()) -> String {
         let buf = Buf::default();
         let subscriber = journald_subscriber(buf.clone(), Level::TRACE);
         tracing::subscriber::with_default(subscriber, f);

@@ -296,6 +296,16 @@ pub async fn metrics_address(agent: &Agent) -> std::net::SocketAddr {
 /// One HTTP/1.1 request on loopback, `Connection: close`; (status, body), a chunked body
 /// de-chunked. Status 0 when nothing listens or the answer has no HTTP head.
 pub async fn http(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, String) {
+    http_within(addr, method, path, WAIT).await
+}
+
+/// [`http`], with the answer awaited for `limit` instead of `WAIT`.
+pub async fn http_within(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    limit: Duration,
+) -> (u16, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let Ok(mut s) = tokio::net::TcpStream::connect(addr).await else {
         return (0, String::new());
@@ -303,7 +313,7 @@ pub async fn http(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16,
     let req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
     s.write_all(req.as_bytes()).await.unwrap();
     let mut raw = Vec::new();
-    tokio::time::timeout(WAIT, s.read_to_end(&mut raw))
+    tokio::time::timeout(limit, s.read_to_end(&mut raw))
         .await
         .expect("an answer in time")
         .unwrap();

@@ -91,6 +91,7 @@ fn joining() -> Observations {
         net: Net {
             tcp: Some(Ok(())),
             tls: Some(Ok(())),
+            http: Some(Ok(200)),
             skew: Some(Ok(0)),
             review: Some(Ok(user(
                 "system:bootstrap:abcdef",
@@ -474,10 +475,30 @@ fn ca_mismatch_shows_both_pins() {
     assert_eq!(o.status, Status::Fail);
     assert!(o.summary.contains("presents CA sha256:bb"), "{o:?}");
     assert!(o.summary.contains("trusts CA sha256:aa"), "{o:?}");
-    assert!(o
-        .remediation
-        .unwrap()
-        .contains("--discovery-token-ca-cert-hash sha256:bb"));
+    // What an unverified endpoint presents is information, never the fix: pinning it would
+    // trust whoever answered. The fix comes from the control plane.
+    let fix = o.remediation.clone().unwrap();
+    assert!(!fix.contains("sha256:bb"), "{fix}");
+    assert!(
+        fix.starts_with("kubeadm token create --print-join-command  # on a control-plane node"),
+        "{fix}"
+    );
+    assert!(o.summary.contains("information only"), "{o:?}");
+}
+
+#[test]
+fn ca_mismatch_without_a_server_ca_never_suggests_a_pin() {
+    let mut obs = joining();
+    obs.net.tls = Some(Err(TlsFailure::UnknownCa {
+        kubeconfig_pins: vec!["sha256:aa".into()],
+        server_ca_pins: vec![],
+        server_issuer: "CN=evil".into(),
+    }));
+    let o = evaluate(&obs, now()).get(CheckId::CaTrust).clone();
+    assert!(o.summary.contains("issued by CN=evil"), "{o:?}");
+    let fix = o.remediation.unwrap();
+    assert!(!fix.contains("sha256:"), "{fix}");
+    assert!(fix.contains("on a control-plane node"), "{fix}");
 }
 
 #[test]
@@ -491,6 +512,57 @@ fn a_silent_server_fails_reachability() {
     assert!(
         o.summary
             .contains("did not answer the TLS handshake within 2s"),
+        "{o:?}"
+    );
+}
+
+/// TCP and TLS complete, then no HTTP answer: server-reachable fails with the reachability
+/// fix, and clock-skew (whose GET /version would only have hung too) is skipped.
+#[test]
+fn a_server_silent_after_tls_fails_reachability_not_clock_skew() {
+    let mut obs = joining();
+    obs.net.http = Some(Err(HttpFailure::Timeout {
+        after: Duration::from_millis(1500),
+    }));
+    obs.net.skew = None;
+    let report = evaluate(&obs, now());
+    let (root, o) = report.root_cause().unwrap();
+    assert_eq!(root, CheckId::ServerReachable, "{report:?}");
+    assert!(
+        o.summary
+            .contains("completes TCP and TLS but did not answer GET /livez within 1.5s"),
+        "{o:?}"
+    );
+    assert!(o
+        .remediation
+        .as_ref()
+        .unwrap()
+        .starts_with("curl -sk https://10.0.0.1:6443/healthz"));
+    assert_eq!(report.get(CheckId::ClockSkew).status, Status::Skip);
+}
+
+#[test]
+fn any_http_answer_is_reachable_and_a_5xx_livez_warns() {
+    for (code, status) in [
+        (200, Status::Pass),
+        (401, Status::Pass),
+        (403, Status::Pass),
+        (503, Status::Warn),
+    ] {
+        let mut obs = joining();
+        obs.net.http = Some(Ok(code));
+        let o = evaluate(&obs, now()).get(CheckId::ServerReachable).clone();
+        assert_eq!(o.status, status, "{code}: {o:?}");
+        assert!(o.summary.contains(&code.to_string()), "{o:?}");
+    }
+    let mut obs = joining();
+    obs.net.http = Some(Err(HttpFailure::Failed {
+        detail: "connection closed before message completed".into(),
+    }));
+    let o = evaluate(&obs, now()).get(CheckId::ServerReachable).clone();
+    assert_eq!(o.status, Status::Fail);
+    assert!(
+        o.summary.contains("gave no HTTP answer to GET /livez"),
         "{o:?}"
     );
 }

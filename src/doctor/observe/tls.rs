@@ -1,6 +1,7 @@
 //! The connect and handshake doctor observes on its own: DNS + TCP, then a TLS handshake
 //! that trusts only the kubeconfig CA while recording the chain the server presented, so a
-//! CA mismatch can show both CA pins. Sends no request; the API client does that.
+//! CA mismatch can show both CA pins. Sends no request itself: the verified session is
+//! handed to `http.rs` for server-reachable's one round trip; the API client does the rest.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -9,6 +10,7 @@ use rustls::pki_types::ServerName;
 use rustls::CertificateError;
 use sha2::{Digest as _, Sha256};
 use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
 
 use crate::api::conn;
 use crate::api::kubeconfig::Server;
@@ -70,12 +72,13 @@ pub async fn connect(server: &Server, limit: Duration) -> Result<TcpStream, Stri
 
 /// A TLS handshake over `stream` that trusts only `ca_pem`, verifying the server's
 /// certificate for `tls-server-name` when the kubeconfig sets one, else the URL's host.
+/// The session (ALPN `http/1.1`) is returned for one HTTP round trip.
 pub async fn handshake(
     stream: TcpStream,
     server: &Server,
     ca_pem: &[u8],
     limit: Duration,
-) -> Result<(), TlsFailure> {
+) -> Result<TlsStream<TcpStream>, TlsFailure> {
     let protocol = |detail: String| TlsFailure::Protocol { detail };
     let host = match &server.tls_server_name {
         Some(name) => name.clone(),
@@ -85,17 +88,21 @@ pub async fn handshake(
     let anchors = pem_certs(ca_pem);
     let seen = Arc::new(Mutex::new(Vec::new()));
     let verifier = tls::verifier(ca_pem, None, Some(seen.clone())).map_err(protocol)?;
-    let config = tls::builder()
+    let mut config = tls::builder()
         .map_err(protocol)?
         .dangerous()
         .with_custom_certificate_verifier(verifier)
         .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let result = match timeout(limit, connector.connect(name, stream)).await {
         Err(_) => return Err(TlsFailure::Timeout { after: limit }),
         Ok(r) => r,
     };
-    let Err(e) = result else { return Ok(()) };
+    let e = match result {
+        Ok(session) => return Ok(session),
+        Err(e) => e,
+    };
     let chain = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let cert_error = e
         .get_ref()

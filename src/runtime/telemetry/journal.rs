@@ -1,7 +1,8 @@
 //! The native journal protocol: one datagram per event on journald's socket, with PRIORITY,
 //! MESSAGE (the same text as a stderr line) and each field as a structured journal field
 //! (`node` → NODE_NAME, `csr` → CSR_NAME, `not_after` → CERT_NOT_AFTER, …). Chosen by
-//! telemetry.rs only when stderr is journald's and the socket exists.
+//! telemetry.rs only when stderr is journald's and the socket exists. Values are escaped as
+//! on stderr (`field_text`): server text cannot forge a field, an entry or a line.
 
 use std::fmt::{self, Write as _};
 use std::io::Write as _;
@@ -75,14 +76,13 @@ where
         }
         let meta = event.metadata();
         let prefix = priority_prefix(*meta.level());
+        // Every part is already one line (`field_text`); the whole is made one line again,
+        // as the stderr format does, so the sink is the last line of defence.
         let text = message_text(fields.1.as_deref().unwrap_or(""), &all);
+        let text = crate::runtime::text::one_line(&text);
         let datagram = encode(&prefix[1..2], &text, meta.target(), &all);
         if self.sock.send(&datagram).is_err() {
-            let _ = writeln!(
-                std::io::stderr(),
-                "{prefix}{}",
-                crate::runtime::text::one_line(&text)
-            );
+            let _ = writeln!(std::io::stderr(), "{prefix}{text}");
         }
     }
 }
@@ -155,26 +155,18 @@ fn put(out: &mut Vec<u8>, key: &str, value: &str) {
     out.push(b'\n');
 }
 
-/// Collects fields as text (`Debug` for strings, as the stderr format shows them) and the
-/// event's `message` separately.
+/// Collects fields as text, escaped exactly as the stderr format shows them
+/// ([`super::field_text`]), and the event's `message` separately.
 #[derive(Default)]
 struct Fields(Vec<(&'static str, String)>, Option<String>);
 
 impl Visit for Fields {
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        let text = format!("{value:?}");
+        let text = super::field_text(value);
         if field.name() == "message" {
             self.1 = Some(text);
         } else {
             self.0.push((field.name(), text));
-        }
-    }
-
-    fn record_str(&mut self, field: &Field, value: &str) {
-        if field.name() == "message" {
-            self.1 = Some(value.to_string());
-        } else {
-            self.0.push((field.name(), format!("{value:?}")));
         }
     }
 }
@@ -257,6 +249,63 @@ mod tests {
             Some("two\\nlines"),
             "Debug-escaped in text fields"
         );
+    }
+
+    /// Server text (a deny message, a proxy's error page) in a Display field or in the
+    /// message itself reaches MESSAGE and the structured fields escaped exactly as a stderr
+    /// line escapes it: nothing can start an entry, a line or a terminal escape of its own.
+    #[test]
+    fn server_text_is_escaped_in_message_and_fields_as_on_stderr() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.sock");
+        let server = UnixDatagram::bind(&path).unwrap();
+        let layer = JournalLayer::connect(&path).unwrap();
+        let subscriber = tracing_subscriber::registry().with(layer);
+        let hostile = "policy says no\nMESSAGE=forged\r\n\u{1b}[2J\u{202e}PRIORITY=0";
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!("bootstrap", node = "n1", why = %hostile);
+            let _g = span.enter();
+            tracing::warn!(reason = %hostile, "CSR denied: {hostile}");
+        });
+        let mut buf = vec![0u8; 65536];
+        let n = server.recv(&mut buf).unwrap();
+        let fields = decode(&buf[..n]);
+        let escaped = crate::runtime::text::one_line(hostile).into_owned();
+        assert_eq!(
+            escaped,
+            "policy says no\\nMESSAGE=forged\\r\\n\\u{1b}[2J\\u{202e}PRIORITY=0"
+        );
+        let get = |k: &str| {
+            fields
+                .iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(
+            get("MESSAGE").unwrap(),
+            format!("CSR denied: {escaped} reason={escaped} node=\"n1\" why={escaped}")
+        );
+        // The same text a prefixed stderr line carries.
+        let line = super::super::tests::capture(|| {
+            let span = tracing::info_span!("bootstrap", node = "n1", why = %hostile);
+            let _g = span.enter();
+            tracing::warn!(reason = %hostile, "CSR denied: {hostile}");
+        });
+        assert_eq!(line, format!("<4>{}\n", get("MESSAGE").unwrap()));
+        assert_eq!(get("REASON").unwrap(), escaped);
+        assert_eq!(get("WHY").unwrap(), escaped);
+        assert_eq!(get("PRIORITY").as_deref(), Some("4"), "{fields:?}");
+        assert_eq!(
+            fields.iter().filter(|(k, _)| k == "MESSAGE").count(),
+            1,
+            "{fields:?}"
+        );
+        for (key, value) in &fields {
+            assert!(
+                !value.chars().any(|c| c.is_control() || c == '\u{202e}'),
+                "{key}={value:?}"
+            );
+        }
     }
 
     #[test]
