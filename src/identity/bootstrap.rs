@@ -101,6 +101,11 @@ pub(crate) fn check_installed(
     })
 }
 
+/// After an approval timeout, the pause before the same CSR is adopted again: short, so an
+/// approval is seen within about a second of the next pass; a floor, so a tiny
+/// `--csr-timeout` cannot make the passes a request loop.
+const READOPT_DELAY: Duration = Duration::from_secs(1);
+
 /// How often a missing bootstrap kubeconfig is looked for (one `stat`).
 const BOOTSTRAP_KUBECONFIG_POLL: Duration = Duration::from_secs(2);
 
@@ -178,6 +183,14 @@ impl<'a> Bootstrap<'a> {
                     continue;
                 }
                 Err(e @ BootstrapError::NoBootstrap { .. }) if first => return Err(e),
+                // Not a refusal: the CSR still waits and an approval may come at any
+                // moment, so the same CSR is adopted again after a short fixed pause (the
+                // wait itself, `--csr-timeout`, paces the passes). The refusal back-off
+                // would leave an approval unseen for up to an hour while STATUS= asks for it.
+                Err(e) if e.is_approval_timeout() => {
+                    tracing::warn!(error = %report(&e), again_in = %health::human(READOPT_DELAY), "still no approval; waiting on the same CSR again");
+                    tokio::time::sleep(READOPT_DELAY).await;
+                }
                 Err(e) => {
                     let delay = attempts.next_delay();
                     let check = e.check();

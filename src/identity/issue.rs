@@ -167,15 +167,21 @@ impl Issuer {
         let name = crate::pki::csr_name(&key, profile);
         self.report(profile, State::Filing { csr: name.clone() });
         tracing::info!(csr = %name, identity = %req.client.identity(), "requesting a {}", profile.describe());
-        if let Err(e) = csr::file(req.client, &key, profile, &mut retry).await {
-            if e.is_poisoned() {
-                // The same key would name the same CSR again: start over with a new one.
-                dir.remove_pending_key()?;
+        let filed = match csr::file(req.client, &key, profile, &mut retry).await {
+            Ok(filed) => filed,
+            Err(e) => {
+                if e.is_poisoned() {
+                    // The same key would name the same CSR again: start over with a new one.
+                    dir.remove_pending_key()?;
+                }
+                return Err(e.into());
             }
-            return Err(e.into());
-        }
+        };
         tracing::info!(csr = %name, timeout = %health::human(req.wait_limit), "waiting for approval (approve with: kubectl certificate approve {name})");
-        let since = SystemTime::now();
+        // How long it has waited counts from its creation (an adopted CSR has waited
+        // through earlier attempts), never from the future of a server clock ahead of ours.
+        let now = SystemTime::now();
+        let since = filed.created.map_or(now, |created| created.min(now));
         METRICS.csr_filed(metrics_profile(profile));
         let (issuer, csr_name) = (self.clone(), name.clone());
         let mut on_pending = move |p: Pending| {
@@ -185,6 +191,15 @@ impl Issuer {
                 match p {
                     Pending::AwaitingApproval => State::WaitingApproval { csr, since },
                     Pending::ApprovedNotIssued => State::ApprovedNotIssued { csr, since },
+                    Pending::Unreachable {
+                        since: down_since,
+                        reason,
+                    } => State::Unreachable {
+                        csr,
+                        since,
+                        down_since,
+                        reason,
+                    },
                 },
             )
         };
