@@ -35,6 +35,9 @@ pub enum Event {
         conn: u64,
         alpn: Option<String>,
         client_cn: Option<String>,
+        /// The trusted client certificate's serial, lower-case hex of its DER bytes (as
+        /// bootlet logs it).
+        client_serial: Option<String>,
     },
     ConnectionClosed {
         conn: u64,
