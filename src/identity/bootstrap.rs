@@ -11,9 +11,10 @@ use crate::checkid::CheckId;
 use crate::config::Settings;
 use crate::identity::client::ClientIdentity;
 pub use crate::identity::client::Credentials;
+use crate::identity::issue::proof::{self, Cluster};
 use crate::identity::issue::{api_check, IssueError};
 use crate::pki::files::{CertDir, FilesError};
-use crate::pki::verify::{self, VerifyError};
+use crate::pki::verify::{self, Anchor, VerifyError};
 use crate::pki::{CertInfo, CertProfile, NodeKey, PkiError, PrivateKeyPem};
 use crate::runtime::health::{self, Health};
 pub use crate::runtime::health::{doctor_hint, State};
@@ -80,26 +81,61 @@ pub enum InstalledError {
     Key(#[source] PkiError),
     #[error(transparent)]
     Verify(#[from] VerifyError),
+    #[error("the certificate's issuer {issuer:?} does not chain to the kubeconfig CA, and the API server does not vouch for it")]
+    Unaccepted {
+        issuer: String,
+        #[source]
+        source: proof::ProofError,
+    },
 }
 
 /// Whether an installed certificate is usable now: its key parses and the certificate
-/// verifies for `node` against `ca_pem` (the same rules as a freshly issued one).
-/// `Err` says why not, typed, so the log and `bootlet doctor` agree.
+/// verifies for `node` against `ca_pem` (the same rules as a freshly issued one), chaining
+/// to `ca_pem`. `Err` says why not, typed, so the log and `bootlet doctor` agree.
 pub(crate) fn check_installed(
     chain_pem: String,
     key_pem: PrivateKeyPem,
     node: &str,
     ca_pem: &[u8],
 ) -> Result<Installed, InstalledError> {
+    match check_installed_offline(chain_pem, key_pem, node, ca_pem)? {
+        (installed, Anchor::ClusterCa) => Ok(installed),
+        (_, Anchor::Other { issuer }) => {
+            Err(InstalledError::Verify(VerifyError::UntrustedIssuer {
+                issuer,
+            }))
+        }
+    }
+}
+
+/// [`check_installed`] up to the CA: which one the chain leads to, for the caller to
+/// judge (a certificate from another CA is usable once the API server vouches for it).
+fn check_installed_offline(
+    chain_pem: String,
+    key_pem: PrivateKeyPem,
+    node: &str,
+    ca_pem: &[u8],
+) -> Result<(Installed, Anchor), InstalledError> {
     let key = NodeKey::from_pem(&key_pem).map_err(InstalledError::Key)?;
     let profile = CertProfile::client(node);
-    let info = verify::verify_issued(&chain_pem, &key, &profile, ca_pem, SystemTime::now())?;
-    Ok(Installed {
+    let checked = verify::check_issued(&chain_pem, &key, &profile, ca_pem, SystemTime::now())?;
+    let installed = Installed {
         chain_pem,
         key_pem,
-        info,
-    })
+        info: checked.info,
+    };
+    Ok((installed, checked.anchor))
 }
+
+/// How long a restart waits for the API server to vouch for an installed certificate from
+/// another CA before it uses the certificate anyway (an outage at boot must not keep the
+/// kubelet from starting): one request, no retries.
+const PROOF_AT_START: proof::Patience = proof::Patience::Once(Duration::from_secs(10));
+
+/// After an approval timeout, the pause before the same CSR is adopted again: short, so an
+/// approval is seen within about a second of the next pass; a floor, so a tiny
+/// `--csr-timeout` cannot make the passes a request loop.
+const READOPT_DELAY: Duration = Duration::from_secs(1);
 
 /// How often a missing bootstrap kubeconfig is looked for (one `stat`).
 const BOOTSTRAP_KUBECONFIG_POLL: Duration = Duration::from_secs(2);
@@ -150,7 +186,7 @@ impl<'a> Bootstrap<'a> {
         if let Err(e) = crate::pki::files::sweep_temps_of(&self.settings.kubeconfig) {
             tracing::warn!(error = %report(&e), "cannot remove temp files beside the kubeconfig");
         }
-        if let Some(creds) = self.reuse(&dir)? {
+        if let Some(creds) = self.reuse(&dir).await? {
             return Ok(creds);
         }
         let mut attempts = self.settings.csr_backoff();
@@ -162,7 +198,7 @@ impl<'a> Bootstrap<'a> {
             let result = if first {
                 self.attempt(&dir).await
             } else {
-                match self.reuse(&dir) {
+                match self.reuse(&dir).await {
                     Ok(Some(creds)) => Ok(creds),
                     Ok(None) => self.attempt(&dir).await,
                     Err(e) => Err(e),
@@ -178,6 +214,14 @@ impl<'a> Bootstrap<'a> {
                     continue;
                 }
                 Err(e @ BootstrapError::NoBootstrap { .. }) if first => return Err(e),
+                // Not a refusal: the CSR still waits and an approval may come at any
+                // moment, so the same CSR is adopted again after a short fixed pause (the
+                // wait itself, `--csr-timeout`, paces the passes). The refusal back-off
+                // would leave an approval unseen for up to an hour while STATUS= asks for it.
+                Err(e) if e.is_approval_timeout() => {
+                    tracing::warn!(error = %report(&e), again_in = %health::human(READOPT_DELAY), "still no approval; waiting on the same CSR again");
+                    tokio::time::sleep(READOPT_DELAY).await;
+                }
                 Err(e) => {
                     let delay = attempts.next_delay();
                     let check = e.check();
@@ -206,7 +250,7 @@ impl<'a> Bootstrap<'a> {
     }
 
     /// The installed certificate, if it is valid for this node, key and cluster.
-    fn reuse(&self, dir: &CertDir) -> Result<Option<Credentials>, BootstrapError> {
+    async fn reuse(&self, dir: &CertDir) -> Result<Option<Credentials>, BootstrapError> {
         let s = self.settings;
         let Some((chain_pem, key_pem)) = dir.read_current()? else {
             return Ok(None);
@@ -222,7 +266,19 @@ impl<'a> Bootstrap<'a> {
                 }
             }
         };
-        match check_installed(chain_pem, key_pem, &s.node_name, &access.ca_pem) {
+        let checked = check_installed_offline(chain_pem, key_pem, &s.node_name, &access.ca_pem);
+        let checked = match checked {
+            Ok((installed, Anchor::Other { issuer })) => {
+                let cluster = Cluster {
+                    server: &access.server,
+                    ca_pem: &access.ca_pem,
+                    api: &self.client.api,
+                };
+                self.vouched(&cluster, installed, &issuer).await
+            }
+            other => other.map(|(installed, _)| installed),
+        };
+        match checked {
             Ok(Installed {
                 chain_pem,
                 key_pem,
@@ -251,6 +307,43 @@ impl<'a> Bootstrap<'a> {
                 let reason = report(&e);
                 tracing::info!(%reason, "the current client certificate cannot be reused; bootstrapping");
                 Ok(None)
+            }
+        }
+    }
+
+    /// An installed certificate from another CA than the kubeconfig's, if the API server
+    /// still vouches for it (a SelfSubjectReview with it answers this node). Refused: not
+    /// reusable. Unanswered (one request, [`PROOF_AT_START`]): reused all the same, since it passed
+    /// every offline check and only bootlet writes the cert dir; were it not accepted, the
+    /// Lease and rotation would say so (401).
+    async fn vouched(
+        &self,
+        cluster: &Cluster<'_>,
+        installed: Installed,
+        issuer: &str,
+    ) -> Result<Installed, InstalledError> {
+        let profile = CertProfile::client(&self.settings.node_name);
+        let serial = installed.info.serial.clone();
+        match proof::prove(
+            cluster,
+            &installed.chain_pem,
+            &installed.key_pem,
+            &profile,
+            PROOF_AT_START,
+        )
+        .await
+        {
+            Ok(()) => {
+                tracing::info!(%serial, %issuer, "the current client certificate is signed by another CA than the kubeconfig's, and the API server accepts it (SelfSubjectReview)");
+                Ok(installed)
+            }
+            Err(e) if e.is_refusal() => Err(InstalledError::Unaccepted {
+                issuer: issuer.to_string(),
+                source: e,
+            }),
+            Err(e) => {
+                tracing::warn!(%serial, %issuer, error = %report(&e), "the current client certificate is signed by another CA than the kubeconfig's and the API server cannot be asked now; using it (a 401 later means it is not accepted)");
+                Ok(installed)
             }
         }
     }

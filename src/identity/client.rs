@@ -61,6 +61,7 @@ impl ClientIdentity<'_> {
                         path: &s.kubeconfig,
                         server,
                         ca_pem,
+                        api: &self.api,
                     },
                 },
             )

@@ -3,7 +3,7 @@
 //! wait until it is issued, denied or failed (`approval`). Keys, files and
 //! retries-with-new-keys live elsewhere.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::certificates::v1::{
     CertificateSigningRequest, CertificateSigningRequestSpec,
@@ -67,11 +67,17 @@ pub enum Verdict {
 }
 
 /// Where a pending CSR stands, for STATUS= and logs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Pending {
     AwaitingApproval,
     /// Approved for longer than the warning threshold with no certificate.
     ApprovedNotIssued,
+    /// The API server has not answered the wait since `since`; `reason` is the first
+    /// error, one short line. Cleared by the next state once it answers again.
+    Unreachable {
+        since: SystemTime,
+        reason: String,
+    },
 }
 
 // === impl CsrError ===
@@ -97,6 +103,15 @@ impl CsrError {
             CsrError::Api { name, source }
         }
     }
+}
+
+/// A CSR on the server that is ours: filed now, or adopted from an earlier attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Filed {
+    pub name: String,
+    /// Its `metadata.creationTimestamp` (the server's clock), when the server sent one:
+    /// how long it has waited, across re-adoptions and restarts.
+    pub created: Option<SystemTime>,
 }
 
 /// Bounds on one wait.
@@ -129,13 +144,13 @@ pub fn build(
     })
 }
 
-/// File the CSR for `key`, or adopt the one a previous run filed. Returns its name.
+/// File the CSR for `key`, or adopt the one a previous run (or attempt) filed.
 pub async fn file(
     client: &ApiClient,
     key: &NodeKey,
     profile: &CertProfile,
     retry: &mut Backoff,
-) -> Result<String, CsrError> {
+) -> Result<Filed, CsrError> {
     let csr = build(key, profile).map_err(CsrError::Build)?;
     let name = csr.metadata.name.clone().unwrap_or_default();
     let api = |source| CsrError::from_api(&name, source);
@@ -144,9 +159,12 @@ pub async fn file(
     })
     .await;
     match created {
-        Ok(_) => {
+        Ok(created) => {
             tracing::info!(csr = %name, "filed CSR");
-            Ok(name)
+            Ok(Filed {
+                created: created_at(&created),
+                name,
+            })
         }
         Err(e) if e.is_already_exists() => {
             let path = format!("{CSR_PATH}/{name}");
@@ -158,13 +176,22 @@ pub async fn file(
                 && pki::csr_matches_key(&existing.spec.request.0, key, profile)
             {
                 tracing::info!(csr = %name, "adopted the CSR filed earlier for this key");
-                Ok(name)
+                Ok(Filed {
+                    created: created_at(&existing),
+                    name,
+                })
             } else {
                 Err(CsrError::NameTaken { name })
             }
         }
         Err(e) => Err(api(e)),
     }
+}
+
+/// `metadata.creationTimestamp` as a `SystemTime` (pure).
+fn created_at(csr: &CertificateSigningRequest) -> Option<SystemTime> {
+    let at = csr.metadata.creation_timestamp.as_ref()?;
+    Some(SystemTime::from(at.0))
 }
 
 /// Where `csr` stands (pure): `Some(verdict)` once it is decided.

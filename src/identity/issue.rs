@@ -8,16 +8,19 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use crate::api::kubeconfig::{self, KubeconfigError};
-use crate::api::ApiClient;
+use crate::api::{ApiClient, ClientOptions};
 use crate::checkid::CheckId;
 use crate::identity::csr::{self, CsrError, Pending, Verdict, WaitOptions};
 use crate::metrics::{Profile, METRICS};
 use crate::pki::files::{CertDir, FilesError};
-use crate::pki::verify::{self, VerifyError};
+use crate::pki::verify::{self, Anchor, Checked, VerifyError};
 use crate::pki::{CertInfo, CertProfile, NodeKey, PkiError, PrivateKeyPem, Purpose};
 use crate::runtime::backoff::Backoff;
 use crate::runtime::health::{self, Health, State};
 use crate::runtime::report;
+
+pub mod proof;
+use proof::ProofError;
 
 /// Why one pass through the pipeline produced no certificate.
 #[derive(Debug, thiserror::Error)]
@@ -48,15 +51,35 @@ pub enum IssueError {
         #[source]
         source: VerifyError,
     },
+    #[error("refused the certificate issued for CSR {csr}; nothing was written: its issuer {issuer:?} does not chain to the kubeconfig CA, and the API server did not vouch for it in a SelfSubjectReview")]
+    Unaccepted {
+        csr: String,
+        issuer: String,
+        #[source]
+        source: ProofError,
+    },
+    #[error("the certificate issued for CSR {csr}: its issuer {issuer:?} does not chain to the kubeconfig CA, and the API server could not be asked whether it accepts it; nothing was written (the next attempt adopts the same CSR and asks again)")]
+    Unproven {
+        csr: String,
+        issuer: String,
+        #[source]
+        source: ProofError,
+    },
 }
+
+/// How long the proof of a certificate from another CA may take at issuance (retries of
+/// transport errors, 5xx and 429 included), and never longer than the request's wait limit.
+pub const PROOF_LIMIT: Duration = Duration::from_secs(30);
 
 /// Where a verified, installed certificate is published besides its files.
 pub enum Publish<'a> {
-    /// The client certificate: the kubelet kubeconfig at `path` names it, with this cluster.
+    /// The client certificate: the kubelet kubeconfig at `path` names it, with this cluster
+    /// (`api`: the transport options for proving a certificate from another CA with it).
     Kubeconfig {
         path: &'a Path,
         server: &'a kubeconfig::Server,
         ca_pem: &'a [u8],
+        api: &'a ClientOptions,
     },
     /// Its files alone (the serving certificate: the kubelet re-reads the file).
     Files,
@@ -94,7 +117,10 @@ impl IssueError {
     pub fn is_refusal(&self) -> bool {
         matches!(
             self,
-            IssueError::Denied { .. } | IssueError::Failed { .. } | IssueError::Refused { .. }
+            IssueError::Denied { .. }
+                | IssueError::Failed { .. }
+                | IssueError::Refused { .. }
+                | IssueError::Unaccepted { .. }
         ) || matches!(self, IssueError::Csr(e) if e.is_poisoned())
     }
 
@@ -120,6 +146,8 @@ impl IssueError {
                 VerifyError::UntrustedIssuer { .. } => CheckId::CaTrust,
                 _ => CheckId::ClientCertificate,
             },
+            IssueError::Unaccepted { .. } => CheckId::CaTrust,
+            IssueError::Unproven { .. } => CheckId::ServerReachable,
         }
     }
 }
@@ -167,15 +195,21 @@ impl Issuer {
         let name = crate::pki::csr_name(&key, profile);
         self.report(profile, State::Filing { csr: name.clone() });
         tracing::info!(csr = %name, identity = %req.client.identity(), "requesting a {}", profile.describe());
-        if let Err(e) = csr::file(req.client, &key, profile, &mut retry).await {
-            if e.is_poisoned() {
-                // The same key would name the same CSR again: start over with a new one.
-                dir.remove_pending_key()?;
+        let filed = match csr::file(req.client, &key, profile, &mut retry).await {
+            Ok(filed) => filed,
+            Err(e) => {
+                if e.is_poisoned() {
+                    // The same key would name the same CSR again: start over with a new one.
+                    dir.remove_pending_key()?;
+                }
+                return Err(e.into());
             }
-            return Err(e.into());
-        }
+        };
         tracing::info!(csr = %name, timeout = %health::human(req.wait_limit), "waiting for approval (approve with: kubectl certificate approve {name})");
-        let since = SystemTime::now();
+        // How long it has waited counts from its creation (an adopted CSR has waited
+        // through earlier attempts), never from the future of a server clock ahead of ours.
+        let now = SystemTime::now();
+        let since = filed.created.map_or(now, |created| created.min(now));
         METRICS.csr_filed(metrics_profile(profile));
         let (issuer, csr_name) = (self.clone(), name.clone());
         let mut on_pending = move |p: Pending| {
@@ -185,6 +219,15 @@ impl Issuer {
                 match p {
                     Pending::AwaitingApproval => State::WaitingApproval { csr, since },
                     Pending::ApprovedNotIssued => State::ApprovedNotIssued { csr, since },
+                    Pending::Unreachable {
+                        since: down_since,
+                        reason,
+                    } => State::Unreachable {
+                        csr,
+                        since,
+                        down_since,
+                        reason,
+                    },
                 },
             )
         };
@@ -225,27 +268,26 @@ impl Issuer {
                 return Err(e.into());
             }
         };
-        // Install what was verified, re-encoded, not the server's text around it.
-        let verified =
-            verify::verify_issued(&chain_pem, &key, profile, req.ca_pem, SystemTime::now())
-                .and_then(|info| {
-                    let chain = crate::pki::canonical_chain_pem(&chain_pem);
-                    Ok((info, chain.map_err(VerifyError::Malformed)?))
-                });
-        let (info, chain_pem) = match verified {
-            Ok(verified) => verified,
-            Err(source) => {
-                // The same key would adopt the same bad CSR again: start over.
-                dir.remove_pending_key()?;
-                return Err(IssueError::Refused { csr: name, source });
-            }
-        };
         let key_pem = key.to_pem();
+        let checked =
+            match verify::check_issued(&chain_pem, &key, profile, req.ca_pem, SystemTime::now()) {
+                Ok(checked) => checked,
+                Err(source) => {
+                    // The same key would adopt the same bad CSR again: start over.
+                    dir.remove_pending_key()?;
+                    return Err(IssueError::Refused { csr: name, source });
+                }
+            };
+        self.vouch(&dir, &name, &checked, &key_pem, &req).await?;
+        // Install what was verified, re-encoded: the leaf and its issuer path, not the
+        // server's text around it.
+        let (info, chain_pem) = (checked.info.clone(), checked.chain_pem());
         let file = dir.install(&chain_pem, &key_pem, SystemTime::now())?;
         if let Publish::Kubeconfig {
             path,
             server,
             ca_pem,
+            ..
         } = req.publish
         {
             kubeconfig::write_kubelet(path, server, ca_pem, &dir.current_path())?;
@@ -264,6 +306,67 @@ impl Issuer {
             info,
             file,
         })
+    }
+
+    /// Whether `checked` may be installed as far as its CA goes. One that chains to the
+    /// kubeconfig CA may. A client certificate from another CA (a kubelet-client signer
+    /// with its own CA, a CA rotation in progress) may once the API server vouches for it:
+    /// a SelfSubjectReview with it over a fresh connection answers this node. A serving
+    /// certificate from another CA may not: its verifiers (the API server's
+    /// `--kubelet-certificate-authority`, metrics-server, Prometheus) are not ours to ask.
+    /// A refusal drops the pending key (the same key would adopt the same answer); an
+    /// unanswered review keeps it, so the next attempt adopts the issued CSR and asks again.
+    async fn vouch(
+        &self,
+        dir: &CertDir,
+        csr: &str,
+        checked: &Checked,
+        key_pem: &PrivateKeyPem,
+        req: &Request<'_>,
+    ) -> Result<(), IssueError> {
+        let Anchor::Other { issuer } = &checked.anchor else {
+            return Ok(());
+        };
+        let (csr, issuer) = (csr.to_string(), issuer.clone());
+        let Publish::Kubeconfig {
+            server,
+            ca_pem,
+            api,
+            ..
+        } = req.publish
+        else {
+            dir.remove_pending_key()?;
+            let source = VerifyError::UntrustedIssuer { issuer };
+            return Err(IssueError::Refused { csr, source });
+        };
+        tracing::info!(%csr, %issuer, serial = %checked.info.serial, "the certificate is signed by another CA than the kubeconfig's; asking the API server whether it accepts it (SelfSubjectReview)");
+        let cluster = proof::Cluster {
+            server,
+            ca_pem,
+            api,
+        };
+        let chain_pem = checked.chain_pem();
+        let patience = proof::Patience::Retry(PROOF_LIMIT.min(req.wait_limit));
+        match proof::prove(&cluster, &chain_pem, key_pem, req.profile, patience).await {
+            Ok(()) => {
+                let (user, group) = req.profile.subject();
+                tracing::info!(%csr, %issuer, serial = %checked.info.serial, "the API server accepts it: a SelfSubjectReview with it answers {user} in {group}");
+                Ok(())
+            }
+            Err(source) if source.is_refusal() => {
+                dir.remove_pending_key()?;
+                Err(IssueError::Unaccepted {
+                    csr,
+                    issuer,
+                    source,
+                })
+            }
+            Err(source) => Err(IssueError::Unproven {
+                csr,
+                issuer,
+                source,
+            }),
+        }
     }
 
     /// Where `profile`'s issuance stands, into the health snapshot (STATUS=).

@@ -8,8 +8,8 @@ mod strict;
 pub mod verify;
 
 pub use profile::{CertProfile, Purpose, Sans};
-pub use strict::canonical_chain_pem;
 use strict::unsigned_part_problem;
+pub use strict::{canonical_chain_pem, certificates_pem};
 
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

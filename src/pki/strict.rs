@@ -63,8 +63,16 @@ pub(super) fn unsigned_part_problem(der: &[u8]) -> Option<&'static str> {
 /// installed is what was verified, so every PEM reader (ours on restart, Go's in the
 /// kubelet) sees the same certificates whatever else the server's text held.
 pub fn canonical_chain_pem(pem: &str) -> Result<String, PkiError> {
+    let chain = parse_cert_chain(pem)?;
+    Ok(certificates_pem(
+        chain.iter().map(|(_, der)| der.as_slice()),
+    ))
+}
+
+/// DER certificates as plain PEM, in order (64-column base64, `\n` line ends).
+pub fn certificates_pem<'a>(ders: impl IntoIterator<Item = &'a [u8]>) -> String {
     let mut out = String::new();
-    for (_, der) in parse_cert_chain(pem)? {
+    for der in ders {
         out.push_str("-----BEGIN CERTIFICATE-----\n");
         let b64 = STANDARD.encode(der);
         for line in b64.as_bytes().chunks(64) {
@@ -73,5 +81,5 @@ pub fn canonical_chain_pem(pem: &str) -> Result<String, PkiError> {
         }
         out.push_str("-----END CERTIFICATE-----\n");
     }
-    Ok(out)
+    out
 }

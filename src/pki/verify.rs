@@ -1,14 +1,19 @@
-//! Validate-before-publish for an issued client certificate: our key, our subject,
-//! clientAuth + digitalSignature and not a CA, a signature chain through valid CA
-//! intermediates to the kubeconfig CA, and validity at `now`.
-//! Pure (the clock is an argument); writing the files is `files`' job.
+//! Validate-before-publish for an issued certificate: our key, our subject, the profile's
+//! extended key usage (and SANs), digitalSignature and not a CA, validity at `now`, and its
+//! signature chain: through valid CA intermediates to the kubeconfig CA, or, where that
+//! chain does not reach it, to which CA it does lead (`Anchor::Other`: only the API server
+//! can vouch for that one; `identity::issue` asks it). Pure (the clock is an argument, no
+//! network); writing the files is `files`' job.
 
 use std::fmt;
 use std::time::{Duration, SystemTime};
 
+use x509_parser::extensions::ParsedExtension;
 use x509_parser::prelude::{FromDer as _, X509Certificate};
 
-use super::{parse_cert_chain, CertInfo, CertProfile, NodeKey, PkiError, Purpose};
+use super::{
+    certificates_pem, parse_cert_chain, CertInfo, CertProfile, NodeKey, PkiError, Purpose,
+};
 
 /// How far in the future notBefore may be and still count as valid: signers backdate
 /// and node clocks skew.
@@ -39,6 +44,8 @@ pub enum VerifyError {
     WrongSubject { expected: String, got: String },
     #[error("certificate issuer {issuer:?} does not chain to the kubeconfig CA")]
     UntrustedIssuer { issuer: String },
+    #[error("certificate {serial}'s signature does not verify with the key of its issuer {issuer:?}, which the chain or the kubeconfig CA holds")]
+    BadSignature { serial: String, issuer: String },
     #[error("certificate {serial} lacks the clientAuth extended key usage")]
     MissingClientAuth { serial: String },
     #[error("certificate {serial} lacks the serverAuth extended key usage")]
@@ -61,16 +68,50 @@ pub enum VerifyError {
     Expired { not_after: SystemTime },
 }
 
-/// Checks the leaf of `chain_pem` (then any intermediates) against our key, the profile
-/// (node identity, extended key usage, and for a serving certificate every requested SAN),
-/// the CA bundle `ca_pem` and `now`; returns the leaf's `CertInfo`.
-pub fn verify_issued(
+/// Who vouches for an issued certificate that passed every check of its own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Anchor {
+    /// Its signature chain reaches the kubeconfig CA.
+    ClusterCa,
+    /// It does not: the top of the chain the answer holds is signed by `issuer`, a CA the
+    /// kubeconfig does not hold (a kubelet-client signer with its own CA, or a CA rotation
+    /// in progress). Nothing offline can vouch for it; the API server can.
+    Other { issuer: String },
+}
+
+/// An issued certificate that passed [`check_issued`].
+#[derive(Debug, Clone)]
+pub struct Checked {
+    /// The leaf.
+    pub info: CertInfo,
+    pub anchor: Anchor,
+    /// The leaf, then each certificate of the answer on its issuer path in order (DER):
+    /// what is installed. Certificates of the answer off that path are dropped.
+    pub path: Vec<Vec<u8>>,
+}
+
+// === impl Checked ===
+
+impl Checked {
+    /// [`Checked::path`] as plain PEM: the chain part of the kubelet's file.
+    pub fn chain_pem(&self) -> String {
+        certificates_pem(self.path.iter().map(Vec::as_slice))
+    }
+}
+
+/// Checks the leaf of `chain_pem` against our key and the profile (node identity, extended
+/// key usage, for a serving certificate every requested SAN, key usage, not a CA), its
+/// validity at `now`, then its signature chain: every intermediate followed must be a CA
+/// valid at `now`, and a signature that can be checked (its issuer, by name and key
+/// identifier, is in the chain or the bundle `ca_pem`) must verify. Says which CA the chain
+/// leads to; [`verify_issued`] insists on the kubeconfig CA.
+pub fn check_issued(
     chain_pem: &str,
     key: &NodeKey,
     profile: &CertProfile,
     ca_pem: &[u8],
     now: SystemTime,
-) -> Result<CertInfo, VerifyError> {
+) -> Result<Checked, VerifyError> {
     let chain = parse_cert_chain(chain_pem).map_err(VerifyError::Malformed)?;
     let ders: Vec<&[u8]> = chain.iter().map(|(_, der)| der.as_slice()).collect();
     let bytes = ders.iter().map(|d| d.len()).sum();
@@ -96,12 +137,6 @@ pub fn verify_issued(
             got: format!("CN={}, O={}", leaf.subject_cn, leaf.subject_o.join("+")),
         });
     }
-    let anchors = ca_certs(ca_pem)?;
-    if !chains_to(&ders, &anchors, now)? {
-        return Err(VerifyError::UntrustedIssuer {
-            issuer: leaf.issuer.clone(),
-        });
-    }
     match profile.purpose {
         Purpose::Client if !leaf.client_auth => {
             return Err(VerifyError::MissingClientAuth {
@@ -123,7 +158,29 @@ pub fn verify_issued(
     }
     check_leaf_constraints(&parse(ders[0])?, &leaf.serial)?;
     check_validity(leaf, now)?;
-    Ok(leaf.clone())
+    let anchors = ca_certs(ca_pem)?;
+    let (anchor, path) = follow_chain(&ders, &anchors, now)?;
+    Ok(Checked {
+        info: leaf.clone(),
+        anchor,
+        path: path.into_iter().map(|i| ders[i].to_vec()).collect(),
+    })
+}
+
+/// [`check_issued`], and the chain must reach the kubeconfig CA; returns the leaf's
+/// `CertInfo`.
+pub fn verify_issued(
+    chain_pem: &str,
+    key: &NodeKey,
+    profile: &CertProfile,
+    ca_pem: &[u8],
+    now: SystemTime,
+) -> Result<CertInfo, VerifyError> {
+    let checked = check_issued(chain_pem, key, profile, ca_pem, now)?;
+    match checked.anchor {
+        Anchor::ClusterCa => Ok(checked.info),
+        Anchor::Other { issuer } => Err(VerifyError::UntrustedIssuer { issuer }),
+    }
 }
 
 /// True while `now` lies in [notBefore - 5 min, notAfter).
@@ -179,34 +236,45 @@ fn ca_certs(ca_pem: &[u8]) -> Result<Vec<Vec<u8>>, VerifyError> {
 }
 
 /// Follows signatures from the leaf (`chain[0]`) through CA intermediates found in
-/// `chain[1..]` until one is signed by an anchor. Each intermediate on the path must be
-/// valid at `now`; of several that fit a hop (a renewed intermediate beside its expired
-/// predecessor), a valid one is taken.
-fn chains_to(chain: &[&[u8]], anchors: &[Vec<u8>], now: SystemTime) -> Result<bool, VerifyError> {
+/// `chain[1..]` until one is signed by an anchor (`Anchor::ClusterCa`), or none of the
+/// chain signed the last one reached (`Anchor::Other`, its issuer). Each intermediate on
+/// the path must be valid at `now`; of several that fit a hop (a renewed intermediate beside
+/// its expired predecessor), a valid one is taken. Returns the path as indices into `chain`.
+/// Where the chain stops, a certificate in the chain or the bundle that is the issuer it
+/// names (subject and key identifier) but whose key does not verify its signature is a bad
+/// signature, not another CA.
+fn follow_chain(
+    chain: &[&[u8]],
+    anchors: &[Vec<u8>],
+    now: SystemTime,
+) -> Result<(Anchor, Vec<usize>), VerifyError> {
     let anchors = anchors
         .iter()
         .map(|der| parse(der))
         .collect::<Result<Vec<_>, _>>()?;
-    let intermediates = chain[1..]
+    let certs = chain
         .iter()
         .map(|der| parse(der))
         .collect::<Result<Vec<_>, _>>()?;
-    let leaf = parse(chain[0])?;
-    let mut current = &leaf;
+    let mut path = vec![0];
     for _ in 0..MAX_CHAIN_DEPTH {
+        let current = &certs[path[path.len() - 1]];
         if anchors.iter().any(|a| signed_by(current, a)) {
-            return Ok(true);
+            return Ok((Anchor::ClusterCa, path));
+        }
+        if signed_by(current, current) {
+            break; // a root of its own: nothing above it
         }
         let mut invalid = None;
         let mut next = None;
-        for candidate in intermediates
-            .iter()
-            .filter(|i| i.is_ca() && signed_by(current, i))
-        {
+        for (i, candidate) in certs.iter().enumerate().skip(1) {
+            if path.contains(&i) || !candidate.is_ca() || !signed_by(current, candidate) {
+                continue;
+            }
             let info = CertInfo::from_x509(candidate);
             match check_validity(&info, now) {
                 Ok(()) => {
-                    next = Some(candidate);
+                    next = Some(i);
                     break;
                 }
                 Err(e) => {
@@ -218,12 +286,48 @@ fn chains_to(chain: &[&[u8]], anchors: &[Vec<u8>], now: SystemTime) -> Result<bo
             }
         }
         match (next, invalid) {
-            (Some(next), _) => current = next,
+            (Some(next), _) => path.push(next),
             (None, Some(e)) => return Err(e),
-            (None, None) => return Ok(false),
+            (None, None) => break,
         }
     }
-    Ok(false)
+    let top = &certs[path[path.len() - 1]];
+    let mut named = anchors
+        .iter()
+        .chain(&certs)
+        .filter(|c| c.subject().as_raw() == top.issuer().as_raw() && key_ids_match(top, c))
+        .peekable();
+    if named.peek().is_some() && !named.any(|c| signed_by(top, c)) {
+        return Err(VerifyError::BadSignature {
+            serial: CertInfo::from_x509(top).serial,
+            issuer: top.issuer().to_string(),
+        });
+    }
+    Ok((
+        Anchor::Other {
+            issuer: top.issuer().to_string(),
+        },
+        path,
+    ))
+}
+
+/// `cert`'s authority key identifier is `issuer`'s subject key identifier (both present).
+fn key_ids_match(cert: &X509Certificate<'_>, issuer: &X509Certificate<'_>) -> bool {
+    let aki = cert
+        .extensions()
+        .iter()
+        .find_map(|e| match e.parsed_extension() {
+            ParsedExtension::AuthorityKeyIdentifier(a) => a.key_identifier.as_ref(),
+            _ => None,
+        });
+    let ski = issuer
+        .extensions()
+        .iter()
+        .find_map(|e| match e.parsed_extension() {
+            ParsedExtension::SubjectKeyIdentifier(k) => Some(k),
+            _ => None,
+        });
+    matches!((aki, ski), (Some(a), Some(s)) if a.0 == s.0)
 }
 
 fn parse(der: &[u8]) -> Result<X509Certificate<'_>, VerifyError> {

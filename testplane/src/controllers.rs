@@ -342,7 +342,7 @@ fn sign(
     signers::issue(
         s.signer,
         kubelet,
-        [&shared.ca, &shared.rogue_ca],
+        [&shared.ca, &shared.rogue_ca, &shared.second_ca],
         &parsed,
         usages,
         window,

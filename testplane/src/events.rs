@@ -37,6 +37,9 @@ pub enum Event {
         client_cn: Option<String>,
         /// The server name the client sent (SNI), if any.
         sni: Option<String>,
+        /// The trusted client certificate's serial, lower-case hex of its DER bytes (as
+        /// bootlet logs it).
+        client_serial: Option<String>,
     },
     ConnectionClosed {
         conn: u64,

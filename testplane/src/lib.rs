@@ -5,7 +5,9 @@
 //!
 //! Where it deliberately behaves like kube-apiserver rather than the simplest thing:
 //! - A client certificate from an unknown CA does not fail the TLS handshake: the server
-//!   requests certificates, verifies them per request against the cluster CA, and answers 401.
+//!   requests certificates, verifies them per request against the cluster CA and a second
+//!   client CA (the `--client-ca-file` bundle of a cluster whose kubelet-client signer has its
+//!   own CA; `Signer::SecondCa` signs with it), and answers 401.
 //! - A watch from a compacted resourceVersion is HTTP 200 with one `ERROR` event carrying a
 //!   410 `Expired` Status, then the stream ends (the watch cache's behaviour).
 //! - `Approval::Auto` approves only valid kubelet-client CSRs whose requester passes the
@@ -118,6 +120,12 @@ pub enum Signer {
     WrongNode,
     /// Issue a certificate signed by a CA nobody trusts.
     WrongCa,
+    /// Issue a correct certificate signed by a second CA, not the cluster CA that the
+    /// kubeconfigs carry, which the API server trusts for client certificates as well
+    /// (kube-controller-manager with `--cluster-signing-kubelet-client-{cert,key}-file`, as
+    /// k3s, RKE2 and Gardener run it, or a CA rotation in progress). `chain`: the second
+    /// CA's certificate follows the leaf in `status.certificate`.
+    SecondCa { chain: bool },
     /// Issue a certificate that expired an hour ago.
     Expired,
     /// Issue a certificate valid from an hour from now (beyond any clock-skew tolerance).
@@ -168,6 +176,8 @@ pub(crate) struct Shared {
     pub ca: pki::Ca,
     /// A CA nobody trusts, for `Signer::WrongCa`.
     pub rogue_ca: pki::Ca,
+    /// A second CA the server trusts for client certificates, for `Signer::SecondCa`.
+    pub second_ca: pki::Ca,
     pub settings: Mutex<Settings>,
     pub events: broadcast::Sender<Event>,
     pub requests: Mutex<Vec<RequestRecord>>,
@@ -275,8 +285,9 @@ impl Builder {
             None => pki::Ca::generate("kubernetes")?,
         };
         let rogue_ca = pki::Ca::generate("rogue-ca")?;
+        let second_ca = pki::Ca::generate("kubelet-client-ca")?;
         let admin = ca.client("kubernetes-admin", &["system:masters"])?;
-        let tls = server::tls_config(&ca)?;
+        let tls = server::tls_config(&ca, &second_ca)?;
         let listener = server::bind(self.listen)
             .await
             .map_err(|source| Error::Io {
@@ -291,6 +302,7 @@ impl Builder {
             store: Store::default(),
             ca,
             rogue_ca,
+            second_ca,
             settings: Mutex::new(self.settings),
             events: broadcast::channel(65536).0,
             requests: Mutex::new(Vec::new()),
@@ -355,7 +367,7 @@ impl TestPlane {
     /// The TLS config this plane serves with (its CA's serving certificate), for helper
     /// servers the same clients must trust, e.g. [`stub::Stub`].
     pub fn serving_tls(&self) -> Result<Arc<rustls::ServerConfig>, Error> {
-        Ok(server::tls_config(&self.shared.ca)?.0)
+        Ok(server::tls_config(&self.shared.ca, &self.shared.second_ca)?.0)
     }
 
     /// "https://127.0.0.1:PORT"
@@ -370,6 +382,12 @@ impl TestPlane {
     /// The cluster CA certificate (PEM).
     pub fn ca_pem(&self) -> String {
         self.shared.ca.cert_pem().to_string()
+    }
+
+    /// The second CA's certificate (PEM): `Signer::SecondCa` signs with it, and the server
+    /// trusts client certificates from it besides the cluster CA's.
+    pub fn second_ca_pem(&self) -> String {
+        self.shared.second_ca.cert_pem().to_string()
     }
 
     /// Create a bootstrap-token Secret (auth-extra-groups = kubeadm's default-node-token

@@ -332,6 +332,12 @@ pub fn cert_subject(der: &[u8]) -> Option<(String, Vec<String>)> {
     Some((cn, orgs))
 }
 
+/// The serial of a DER certificate, lower-case hex of its DER integer bytes.
+pub fn cert_serial(der: &[u8]) -> Option<String> {
+    let (_, x) = x509_parser::parse_x509_certificate(der).ok()?;
+    Some(x.raw_serial().iter().map(|b| format!("{b:02x}")).collect())
+}
+
 fn dn(cn: &str, orgs: &[String]) -> DistinguishedName {
     let mut d = DistinguishedName::new();
     for o in orgs {

@@ -24,13 +24,18 @@ use tokio_rustls::TlsAcceptor;
 use crate::faults::AcceptMode;
 use crate::{auth, pki, Event, Shared};
 
-/// (server config, the real CA verifier used per request to classify client certs).
+/// (server config, the real CA verifier used per request to classify client certs). Client
+/// certificates are trusted from the cluster CA `ca` and from `client_ca` (kube-apiserver's
+/// `--client-ca-file` bundle holding a separate kubelet-client signer's CA); the server's
+/// own certificate is `ca`'s.
 pub fn tls_config(
     ca: &pki::Ca,
+    client_ca: &pki::Ca,
 ) -> Result<(Arc<rustls::ServerConfig>, Arc<dyn ClientCertVerifier>), crate::Error> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = rustls::RootCertStore::empty();
     roots.add(ca.cert_der().to_vec().into())?;
+    roots.add(client_ca.cert_der().to_vec().into())?;
     let verifier: Arc<dyn ClientCertVerifier> =
         WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
             .allow_unauthenticated()
@@ -209,9 +214,14 @@ async fn serve_conn(
             .alpn_protocol()
             .map(|p| String::from_utf8_lossy(p).into_owned());
         let peer = auth::classify_peer(&*shared.verifier, sc.peer_certificates().unwrap_or(&[]));
-        let client_cn = match &peer {
-            auth::PeerCert::Trusted(cn, _) => Some(cn.clone()),
-            _ => None,
+        let (client_cn, client_serial) = match &peer {
+            auth::PeerCert::Trusted(cn, _) => (
+                Some(cn.clone()),
+                sc.peer_certificates()
+                    .and_then(|c| c.first())
+                    .and_then(|leaf| pki::cert_serial(leaf)),
+            ),
+            _ => (None, None),
         };
         let sni = sc.server_name().map(str::to_string);
         shared.emit(Event::TlsHandshake {
@@ -219,6 +229,7 @@ async fn serve_conn(
             alpn,
             client_cn,
             sni,
+            client_serial,
         });
         let info = ConnInfo { conn, peer };
         let (sh, rs) = (shared.clone(), reset.clone());

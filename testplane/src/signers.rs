@@ -103,21 +103,22 @@ pub struct Window {
 
 /// What the signer puts in `status.certificate` for a validated request in `mode`: the
 /// correct leaf (`Normal`) or the broken answer the mode stands for. `cas` is the cluster
-/// CA, then the one nobody trusts. Err is the Failed message. (`Signer::None` never gets
-/// here: it does not issue.)
+/// CA, the one nobody trusts, then the second CA the server trusts for client
+/// certificates. Err is the Failed message. (`Signer::None` never gets here: it does not
+/// issue.)
 pub fn issue(
     mode: Signer,
     kubelet: Kubelet,
-    cas: [&Ca; 2],
+    cas: [&Ca; 3],
     csr: &ParsedCsr,
     usages: &[String],
     window: Window,
 ) -> Result<String, String> {
-    let [cluster, rogue] = cas;
-    let ca = if mode == Signer::WrongCa {
-        rogue
-    } else {
-        cluster
+    let [cluster, rogue, second] = cas;
+    let ca = match mode {
+        Signer::WrongCa => rogue,
+        Signer::SecondCa { .. } => second,
+        _ => cluster,
     };
     let (not_before, not_after) = match mode {
         Signer::Expired => (window.now - 2 * OFF_BY, window.now - OFF_BY),
@@ -151,6 +152,7 @@ pub fn issue(
             chain
         }
         Signer::TruncatedPem => leaf[..leaf.len() / 2].to_string(),
+        Signer::SecondCa { chain: true } => format!("{leaf}{}", second.cert_pem()),
         _ => leaf,
     })
 }
@@ -400,6 +402,7 @@ mod tests {
     fn hostile_modes_issue_what_they_say() {
         use crate::pki::pem_blocks;
         let (ca, rogue) = (Ca::generate("c").unwrap(), Ca::generate("r").unwrap());
+        let second = Ca::generate("s").unwrap();
         let c = csr("system:node:n1", &["system:nodes"], vec![]);
         let usages = u(&["digital signature", "client auth"]);
         let now = SystemTime::now();
@@ -408,7 +411,16 @@ mod tests {
             backdate: Duration::ZERO,
             now,
         };
-        let issue = |mode| issue(mode, Kubelet::Client, [&ca, &rogue], &c, &usages, window);
+        let issue = |mode| {
+            issue(
+                mode,
+                Kubelet::Client,
+                [&ca, &rogue, &second],
+                &c,
+                &usages,
+                window,
+            )
+        };
         let leaf = |pem: &str| {
             let der = pem_blocks(pem.as_bytes(), "CERTIFICATE").remove(0);
             let (_, x) = x509_parser::parse_x509_certificate(&der).unwrap();
@@ -429,6 +441,14 @@ mod tests {
         assert!(good.1 <= unix(now) && unix(now) < good.2);
         assert_ne!(leaf(&issue(Signer::WrongKey).unwrap()).0, c.spki_der);
         assert_eq!(leaf(&issue(Signer::WrongCa).unwrap()).3, "CN=r");
+        let second_leaf = issue(Signer::SecondCa { chain: false }).unwrap();
+        assert_eq!(leaf(&second_leaf).3, "CN=s");
+        assert_eq!(leaf(&second_leaf).0, c.spki_der);
+        assert_eq!(pem_blocks(second_leaf.as_bytes(), "CERTIFICATE").len(), 1);
+        let with_chain = issue(Signer::SecondCa { chain: true }).unwrap();
+        let blocks = pem_blocks(with_chain.as_bytes(), "CERTIFICATE");
+        assert_eq!(blocks.len(), 2);
+        assert_eq!(blocks[1], second.cert_der());
         assert!(leaf(&issue(Signer::Expired).unwrap()).2 < unix(now));
         assert!(leaf(&issue(Signer::NotYetValid).unwrap()).1 > unix(now) + 3000);
         assert_eq!(leaf(&issue(Signer::WrongUsage).unwrap()).4, (false, true));

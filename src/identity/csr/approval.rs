@@ -1,8 +1,9 @@
 //! The approval wait on one CSR: list it, then watch it from that version; resume a
 //! dropped watch, relist on 410 or after two empty streams, all after a jittered floor;
-//! trust only events about the object listed (its name and uid). Filing is `csr`'s.
+//! trust only events about the object listed (its name and uid); say once per outage that
+//! the API server does not answer (log and STATUS=). Filing is `csr`'s.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::WatchEvent;
@@ -10,8 +11,10 @@ use tokio::time::Instant;
 
 use super::{verdict, CsrError, Pending, Verdict, WaitOptions, CSR_PATH};
 use crate::api::watch::EventStream;
-use crate::api::{self, retrying, ApiClient};
+use crate::api::{self, ApiClient};
 use crate::runtime::backoff::Backoff;
+use crate::runtime::health;
+use crate::runtime::report;
 
 /// Server-side bound of one watch request; client-go picks 5-10 minutes.
 const WATCH_SECONDS: u64 = 300;
@@ -43,6 +46,7 @@ pub(super) async fn watch_until_decided(
     let api = |source| CsrError::from_api(name, source);
     let selector = format!("fieldSelector=metadata.name%3D{name}");
     let mut tracker = ApprovalTracker::new(opts.not_issued_warning);
+    let mut reach = Reachability::default();
     on_pending(Pending::AwaitingApproval);
     let mut rewatch = Backoff::new(REWATCH_MIN, REWATCH_MAX, 0.2).expect("constant bounds");
     let mut empty_streams = 0u32;
@@ -54,10 +58,22 @@ pub(super) async fn watch_until_decided(
     loop {
         let Some(rv) = version.take() else {
             let path = format!("{CSR_PATH}?{selector}");
-            let list: k8s_openapi::List<CertificateSigningRequest> =
-                retrying("listing the CSR", retry, || client.get(&path))
-                    .await
-                    .map_err(api)?;
+            // Not `api::retrying`: that warns on every retry, and an outage here is one
+            // warning (see `Reachability`).
+            let list: k8s_openapi::List<CertificateSigningRequest> = loop {
+                match client.get(&path).await {
+                    Ok(list) => {
+                        retry.reset();
+                        reach.answered(name, tracker.pending(), on_pending);
+                        break list;
+                    }
+                    Err(e) if e.is_retryable() => {
+                        reach.failed(name, &e, on_pending);
+                        tokio::time::sleep(retry.with_retry_after(e.retry_after())).await;
+                    }
+                    Err(e) => return Err(api(e)),
+                }
+            };
             // By name, not position: a server (or proxy) that ignores the selector is no
             // reason to judge another CSR.
             let Some(csr) = list.items.iter().find(|c| ours(name, c)) else {
@@ -74,8 +90,13 @@ pub(super) async fn watch_until_decided(
             "{CSR_PATH}?{selector}&watch=true&allowWatchBookmarks=true&resourceVersion={rv}&timeoutSeconds={WATCH_SECONDS}"
         );
         let mut last = rv;
+        // Whether the server answered the watch request (a stream that breaks later says
+        // nothing about reachability: the re-watch does).
+        let mut opened = false;
         let step = match EventStream::open(client, path, WATCH_TIMEOUT, WATCH_IDLE).await {
             Ok(mut stream) => {
+                opened = true;
+                reach.answered(name, tracker.pending(), on_pending);
                 let mut watched = Watched {
                     name,
                     uid: &mut uid,
@@ -127,6 +148,9 @@ pub(super) async fn watch_until_decided(
                 version = None;
             }
             Err(e) if e.is_retryable() => {
+                if !opened {
+                    reach.failed(name, &e, on_pending);
+                }
                 tokio::time::sleep(retry.with_retry_after(e.retry_after())).await;
                 version = Some(last);
             }
@@ -245,6 +269,58 @@ async fn follow(
     }
 }
 
+/// Whether the API server answers the wait's requests (lists and watch opens). An outage is
+/// one warning when the first request fails and one info line when a request succeeds
+/// again, not a line per retry; in between STATUS= says the approval cannot be seen.
+#[derive(Default)]
+struct Reachability {
+    /// Since when requests fail (wall clock, for STATUS= and the recovery line).
+    down_since: Option<SystemTime>,
+}
+
+// === impl Reachability ===
+
+impl Reachability {
+    fn failed(&mut self, name: &str, e: &api::Error, on_pending: &mut (dyn FnMut(Pending) + Send)) {
+        let reason = report(e);
+        if self.down_since.is_some() {
+            tracing::debug!(csr = %name, error = %reason, "the API server still does not answer");
+            return;
+        }
+        let since = SystemTime::now();
+        self.down_since = Some(since);
+        tracing::warn!(csr = %name, error = %reason, "the API server is unreachable: an approval of this CSR is not seen until it answers again; retrying (said once per outage)");
+        on_pending(Pending::Unreachable {
+            since,
+            reason: short_reason(e),
+        });
+    }
+
+    /// A request got an answer; `now` is the wait's state to show again.
+    fn answered(&mut self, name: &str, now: Pending, on_pending: &mut (dyn FnMut(Pending) + Send)) {
+        let Some(since) = self.down_since.take() else {
+            return;
+        };
+        let down = SystemTime::now().duration_since(since).unwrap_or_default();
+        tracing::info!(csr = %name, "the API server answers again after {}; still waiting for approval", health::human(down));
+        on_pending(now);
+    }
+}
+
+/// What STATUS= says about a failed request, short: the HTTP status the server (or a proxy)
+/// answered, or the deepest cause of a transport failure ("Connection refused (os error
+/// 111)"), controls escaped and clipped.
+fn short_reason(e: &api::Error) -> String {
+    if let Some(code) = e.code() {
+        return format!("HTTP {code}");
+    }
+    let mut cause: &(dyn std::error::Error + 'static) = e;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    clip(&crate::runtime::text::one_line(&cause.to_string()))
+}
+
 /// Remembers when the CSR was first seen approved, to say "approved but not issued" once.
 pub(super) struct ApprovalTracker {
     threshold: Duration,
@@ -280,6 +356,15 @@ impl ApprovalTracker {
             on_pending(Pending::AwaitingApproval);
         }
         verdict
+    }
+
+    /// Where the wait stands now, for STATUS= after an outage.
+    fn pending(&self) -> Pending {
+        if self.warned {
+            Pending::ApprovedNotIssued
+        } else {
+            Pending::AwaitingApproval
+        }
     }
 
     /// Resolves once, when the approved-without-certificate threshold passes.

@@ -638,3 +638,162 @@ fn refuses_a_signature_that_is_not_a_bit_string() {
     assert_refused_outside_signature(&s, &der, "the signature is not a BIT STRING");
     assert_refused_outside_signature(&s, &unused_bits, "the signature BIT STRING has unused bits");
 }
+
+/// [`check_issued`] of `chain` for this node's key as a client, with this CA as the
+/// kubeconfig's, at [`mid`].
+fn check(s: &Setup, chain: &str) -> Result<Checked, VerifyError> {
+    check_issued(
+        chain,
+        &s.key,
+        &CertProfile::client(NODE),
+        s.ca.pem.as_bytes(),
+        mid(),
+    )
+}
+
+/// A kubelet-client signer with its own CA (k3s, RKE2, Gardener, a CA rotation): the
+/// certificate passes every check of its own and says which CA vouches for it; whatever is
+/// wrong with it is still refused, whoever signed it.
+#[test]
+fn a_cert_from_another_ca_passes_its_own_checks_and_names_that_ca() {
+    let s = setup();
+    let other = TestCa::new("kubelet-client-ca");
+    let cert = other.sign(&s.csr, |_| {});
+    let c = check(&s, &cert).unwrap();
+    assert_eq!(
+        c.anchor,
+        Anchor::Other {
+            issuer: "CN=kubelet-client-ca".into()
+        }
+    );
+    assert_eq!(c.path, [der_of(&cert)]);
+    assert_eq!(c.info.subject_cn, "system:node:worker-1");
+    let err = s.verify(&cert).unwrap_err();
+    assert!(
+        matches!(&err, VerifyError::UntrustedIssuer { issuer } if issuer == "CN=kubelet-client-ca"),
+        "verify_issued still insists on the kubeconfig CA: {err}"
+    );
+    let ours = check(&s, &s.ca.sign(&s.csr, |_| {})).unwrap();
+    assert_eq!(ours.anchor, Anchor::ClusterCa);
+
+    let other_key = NodeKey::generate().unwrap();
+    let client = CertProfile::client(NODE);
+    let err = check_issued(&cert, &other_key, &client, s.ca.pem.as_bytes(), mid()).unwrap_err();
+    assert!(matches!(err, VerifyError::WrongKey { .. }), "{err}");
+    let err = check_issued(
+        &cert,
+        &s.key,
+        &CertProfile::client("worker-2"),
+        s.ca.pem.as_bytes(),
+        mid(),
+    )
+    .unwrap_err();
+    assert!(matches!(err, VerifyError::WrongSubject { .. }), "{err}");
+    let server_auth = other.sign(&s.csr, |p| {
+        p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth]
+    });
+    let err = check(&s, &server_auth).unwrap_err();
+    assert!(
+        matches!(err, VerifyError::MissingClientAuth { .. }),
+        "{err}"
+    );
+    let err = check_issued(
+        &cert,
+        &s.key,
+        &client,
+        s.ca.pem.as_bytes(),
+        at("2031-01-01T00:00:00Z"),
+    )
+    .unwrap_err();
+    assert!(matches!(err, VerifyError::Expired { .. }), "{err}");
+    let a_ca = other.sign(&s.csr, |p| {
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained)
+    });
+    let err = check(&s, &a_ca).unwrap_err();
+    assert!(matches!(err, VerifyError::LeafIsCa { .. }), "{err}");
+    let err = check(
+        &s,
+        "-----BEGIN CERTIFICATE-----\nZ2FyYmFnZQ==\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap_err();
+    assert!(matches!(err, VerifyError::Malformed(_)), "{err}");
+}
+
+/// What is installed is the leaf and the certificates of the answer on its issuer path, in
+/// order: the other CA's intermediate and root when the signer sends them, never a
+/// certificate that signed nothing on the path, nor a copy of the kubeconfig CA.
+#[test]
+fn what_is_installed_is_the_leaf_and_its_issuer_path() {
+    let s = setup();
+    let root = TestCa::new("other-root");
+    let inter = TestCa::signed("kubelet-client-ca", Some(&root));
+    let unrelated = TestCa::new("unrelated");
+    let cert = inter.sign(&s.csr, |_| {});
+    let answer = format!("{cert}{}{}{}", unrelated.pem, inter.pem, root.pem);
+    let c = check(&s, &answer).unwrap();
+    assert_eq!(
+        c.anchor,
+        Anchor::Other {
+            issuer: "CN=other-root".into()
+        }
+    );
+    assert_eq!(
+        c.path,
+        [der_of(&cert), der_of(&inter.pem), der_of(&root.pem)]
+    );
+    assert_eq!(
+        c.chain_pem(),
+        crate::pki::canonical_chain_pem(&format!("{cert}{}{}", inter.pem, root.pem)).unwrap()
+    );
+    // Without the root: the intermediate's issuer is the CA named.
+    let c = check(&s, &format!("{cert}{}", inter.pem)).unwrap();
+    assert_eq!(
+        c.anchor,
+        Anchor::Other {
+            issuer: "CN=other-root".into()
+        }
+    );
+    assert_eq!(c.path.len(), 2);
+    // The kubeconfig CA's own certificate in the answer is not written again.
+    let ours = s.ca.sign(&s.csr, |_| {});
+    let c = check(&s, &format!("{ours}{}", s.ca.pem)).unwrap();
+    assert_eq!((c.anchor, c.path), (Anchor::ClusterCa, vec![der_of(&ours)]));
+}
+
+/// A signature is checkable when the chain or the bundle holds the issuer the certificate
+/// names by subject and key identifier: one that key does not verify is refused, whoever
+/// that issuer is. Without key identifiers a same-named CA may be a new one (a CA
+/// rotation keeps the name): that is another CA, for the API server to judge.
+#[test]
+fn a_signature_its_named_issuer_does_not_verify_is_refused() {
+    let s = setup();
+    let tamper = |pem: &str| {
+        let mut der = der_of(pem);
+        let last = der.len() - 1;
+        der[last] ^= 0x01;
+        pem_of(&der)
+    };
+    let with_aki =
+        |ca: &TestCa| ca.sign(&s.csr, |p| p.use_authority_key_identifier_extension = true);
+    let cert = with_aki(&s.ca);
+    check(&s, &cert).unwrap();
+    let err = check(&s, &tamper(&cert)).unwrap_err();
+    assert!(
+        matches!(&err, VerifyError::BadSignature { issuer, .. } if issuer == "CN=kubernetes"),
+        "{err}"
+    );
+    let other = TestCa::new("kubelet-client-ca");
+    let theirs = tamper(&with_aki(&other));
+    let err = check(&s, &format!("{theirs}{}", other.pem)).unwrap_err();
+    assert!(matches!(err, VerifyError::BadSignature { .. }), "{err}");
+    // Only the leaf's name: nothing offline knows which key should verify it.
+    let c = check(&s, &tamper(&with_aki(&other))).unwrap();
+    assert!(matches!(c.anchor, Anchor::Other { .. }));
+    let c = check(&s, &tamper(&s.ca.sign(&s.csr, |_| {}))).unwrap();
+    assert_eq!(
+        c.anchor,
+        Anchor::Other {
+            issuer: "CN=kubernetes".into()
+        }
+    );
+}

@@ -22,6 +22,15 @@ pub enum State {
     WaitingApproval { csr: String, since: SystemTime },
     /// Approved for a while with no certificate: no signer?
     ApprovedNotIssued { csr: String, since: SystemTime },
+    /// The CSR waits (since `since`) and the API server has not answered the wait since
+    /// `down_since` (`reason`, one line of the last error): an approval is not seen until
+    /// it answers again.
+    Unreachable {
+        csr: String,
+        since: SystemTime,
+        down_since: SystemTime,
+        reason: String,
+    },
     /// The last attempt failed (at the doctor check `check`); the next starts at `until`.
     BackingOff {
         until: SystemTime,
@@ -55,6 +64,16 @@ impl State {
             State::ApprovedNotIssued { csr, since } => format!(
                 "CSR {csr} approved but not issued for {}: is a signer running?",
                 health::ago(now, *since)
+            ),
+            State::Unreachable {
+                csr,
+                since,
+                down_since,
+                reason,
+            } => format!(
+                "waiting for approval of CSR {csr} for {} — API server unreachable for {} ({reason}): an approval is seen once it answers; approve with: kubectl certificate approve {csr}",
+                health::ago(now, *since),
+                health::ago(now, *down_since)
             ),
             State::BackingOff {
                 until,
