@@ -275,7 +275,18 @@ impl Renewer {
                     self.lookup_owner(conn).await;
                 }
                 Err(e) if e.code() == Some(409) => {
-                    let current: Lease = conn.get(&path).await.map_err(api)?;
+                    // kube-apiserver answers a PUT of a Lease that is gone with 409 (the
+                    // UID in our body is a precondition the missing object fails), not 404.
+                    let current: Lease = match conn.get(&path).await {
+                        Ok(current) => current,
+                        Err(e) if e.is_not_found() => {
+                            self.cached = None;
+                            self.owner.forget();
+                            self.lookup_owner(conn).await;
+                            continue;
+                        }
+                        Err(e) => return Err(api(e)),
+                    };
                     self.observe_owner(&current);
                     if !saw_foreign && self.renewed_by_someone_else(&current) {
                         saw_foreign = true;

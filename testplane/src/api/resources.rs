@@ -294,11 +294,22 @@ fn update(ctx: &Ctx, kind: Kind, ns: &str, name: &str, sub: &str) -> Result<Resp
     if kind == Kind::Lease && ctx.shared.faults.take_lease_conflict() {
         return Err(ApiError::conflict(kind, name));
     }
-    // Leases allow create-on-update (leaseStrategy.AllowCreateOnUpdate is true).
-    let create = kind == Kind::Lease
-        && meta_str(&obj, "resourceVersion").is_empty()
-        && ctx.shared.store.get(kind, ns, name).is_none();
+    // Leases allow create-on-update (leaseStrategy.AllowCreateOnUpdate is true), as
+    // kube-apiserver's store does it: a UID in the body is a storage precondition, which a
+    // missing object fails (409); without one the system fields (resourceVersion, UID,
+    // creationTimestamp) are wiped and the object is created.
+    let create = kind == Kind::Lease && ctx.shared.store.get(kind, ns, name).is_none();
     if create {
+        let uid = meta_str(&obj, "uid").to_string();
+        if !uid.is_empty() {
+            return Err(ApiError::uid_precondition(kind, name, &uid));
+        }
+        let mut obj = obj;
+        if let Some(meta) = obj["metadata"].as_object_mut() {
+            for field in ["resourceVersion", "creationTimestamp", "generation"] {
+                meta.remove(field);
+            }
+        }
         let stored = ctx
             .shared
             .store

@@ -76,6 +76,20 @@ impl ApiError {
         .with_details(kind, name)
     }
 
+    /// kube-apiserver's answer to an update whose object (by UID) is gone: the storage
+    /// precondition on the UID in the body fails against the missing object.
+    pub fn uid_precondition(kind: Kind, name: &str, uid: &str) -> ApiError {
+        ApiError::new(
+            409,
+            "Conflict",
+            format!(
+                "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: UID in precondition: {uid}, UID in object meta: ",
+                qualified(kind)
+            ),
+        )
+        .with_details(kind, name)
+    }
+
     pub fn from_store(e: StoreError, kind: Kind, name: &str) -> ApiError {
         match e {
             StoreError::AlreadyExists => ApiError::already_exists(kind, name),
