@@ -179,6 +179,12 @@ pub struct Flags {
     /// any two steps of a write. Flag only; no config file key.
     #[arg(long, value_name = "N|trace", hide = true)]
     pub test_crash_at: Option<crate::pki::files::CrashPlan>,
+
+    /// Test only: the certificate loops read the wall clock as the system clock plus the
+    /// signed whole seconds written in FILE, re-read at every reading, so tests can step
+    /// the clock forward and back without root. Flag only; no config file key.
+    #[arg(long, value_name = "FILE", hide = true)]
+    pub test_clock_offset_file: Option<std::path::PathBuf>,
 }
 
 /// Parses `args` (including the program name). `Err` carries clap's message, and for

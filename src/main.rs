@@ -44,6 +44,9 @@ fn main() -> ExitCode {
                 Err(e) => return fail(&e),
             };
             telemetry::init(settings.log_format, settings.verbosity);
+            if let Some(file) = &flags.test_clock_offset_file {
+                bootlet::runtime::clock::offset_by_file(file.clone());
+            }
             let runtime = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()

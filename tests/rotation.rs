@@ -445,3 +445,66 @@ async fn a_rotation_that_times_out_keeps_its_key_and_adopts_the_same_csr() {
         "bootstrap CSR + one rotation CSR, adopted after its timeout"
     );
 }
+
+/// M5: the clock jumps a day ahead (past the certificate's expiry) and is corrected. The
+/// fallback to bootstrap fails (the token is gone, as kubeadm's are after a day). Before,
+/// its retry was a wall-clock time a day ahead and `fell_back` never cleared: after the
+/// correction neither the rotation nor the expiry fallback came for a day, and the
+/// certificate expired with nothing happening. Now the retry is monotonic, `fell_back`
+/// clears while the certificate is valid, and the rotation comes at its deadline.
+#[tokio::test]
+async fn a_clock_step_past_expiry_and_back_postpones_nothing() {
+    let tp = TestPlane::builder()
+        .cert_ttl(Duration::from_secs(20))
+        .allow_short_expiration(true)
+        .backdate(Duration::ZERO)
+        .start()
+        .await
+        .expect("start testplane");
+    let token = tp.create_token(Some(Duration::from_secs(3600)));
+    let node = NodeDir::new(&tp.kubeconfig_for_token(&token));
+    let offset = node.tmp.path().join("clock-offset");
+    let mut events = tp.events();
+    let agent = Agent::spawn(&args(
+        &node,
+        "stepped",
+        &[
+            "--rotation-jitter",
+            "0",
+            "--csr-backoff-min",
+            "2s",
+            "--csr-backoff-max",
+            "4s",
+            "--test-clock-offset-file",
+            offset.to_str().unwrap(),
+        ],
+    ));
+    next_issued(&mut events).await;
+    agent
+        .wait_for_log("client certificate rotation scheduled")
+        .await;
+    let first = window(&node);
+    tp.delete_token(token.split('.').next().unwrap()).unwrap();
+
+    // A day ahead: expired by the clock, the fallback to bootstrap fails.
+    std::fs::write(&offset, "86400").unwrap();
+    agent.wait_for_log("expired before it was rotated").await;
+    agent.wait_for_log("no usable identity").await;
+    // Corrected.
+    std::fs::write(&offset, "0").unwrap();
+    agent.wait_for_log("is valid again").await;
+
+    // The rotation, through the certificate, at its deadline (75 % = 15 s), before expiry.
+    let (_, user, at) = next_csr(&mut events).await;
+    assert_eq!(user, "system:node:stepped", "{}", agent.log());
+    let f = fraction_at(first, at);
+    assert!(
+        (0.70..1.0).contains(&f),
+        "rotated at {f:.2} of the lifetime\n{}",
+        agent.log()
+    );
+    next_issued(&mut events).await;
+    agent.wait_for_log("client certificate rotated").await;
+    let (status, log) = agent.terminate().await;
+    assert!(status.success(), "{log}");
+}

@@ -6,6 +6,10 @@ pub mod bootstrap;
 pub mod client;
 pub mod csr;
 pub mod issue;
+pub mod pass;
 pub mod rotation;
 pub mod sans;
 pub mod serving;
+
+#[cfg(test)]
+pub(crate) mod outage_tests;

@@ -1,6 +1,11 @@
 //! Client-certificate rotation: the deadline (pure, from the certificate itself), and the
 //! loop that renews through the current certificate at that deadline, adopts outside
 //! replacements, prunes old files and falls back to bootstrap once the certificate expired.
+//! When it acts is `schedule`'s (wall-clock deadlines, monotonic back-off).
+
+mod schedule;
+
+pub use schedule::{Next, Schedule};
 
 use std::time::{Duration, SystemTime};
 
@@ -13,12 +18,14 @@ use crate::config::Settings;
 use crate::identity::bootstrap::{
     check_installed, doctor_hint, Bootstrap, BootstrapError, Credentials, Installed, State,
 };
+use crate::identity::pass::{self, PassError};
 use crate::pki::files::CertDir;
+use crate::pki::CertInfo;
 use crate::runtime::backoff::Backoff;
 use crate::runtime::health::{self, CertSummary, Health};
-use crate::runtime::report;
 use crate::runtime::shutdown::Shutdown;
 use crate::runtime::ticker::Ticker;
+use crate::runtime::{clock, report};
 
 /// Retries of a rotation that failed on the way (a 5xx, a dropped connection, an approval
 /// timeout) start here and double up to `MAX_RETRY`, and are never later than a tenth of
@@ -46,6 +53,34 @@ pub fn deadline(
     let lifetime = not_after.duration_since(not_before).unwrap_or_default();
     let f = (fraction + jitter * (2.0 * draw.clamp(0.0, 1.0) - 1.0)).clamp(0.0, 1.0);
     not_before + lifetime.mul_f64(f)
+}
+
+/// When to rotate `cert`: its [`deadline`]; but for a certificate issued just now
+/// (`fresh`) whose deadline has already passed at `now` — a signer that backdates notBefore
+/// far, or this node's clock ahead of the signer's — counted from `now` instead, or every
+/// new certificate would be rotated at once (a CSR storm). `true` when it was recounted.
+pub fn rotate_at(
+    cert: &CertInfo,
+    fraction: f64,
+    jitter: f64,
+    fresh: bool,
+    now: SystemTime,
+) -> (SystemTime, bool) {
+    let from = |start| {
+        deadline(
+            start,
+            cert.not_after,
+            fraction,
+            jitter,
+            draw_for(&cert.serial),
+        )
+    };
+    let at = from(cert.not_before);
+    if fresh && at <= now {
+        (from(now.max(cert.not_before)), true)
+    } else {
+        (at, false)
+    }
 }
 
 /// The jitter draw for a certificate: a hash of its serial mapped to [0, 1), so the
@@ -123,24 +158,13 @@ impl Rotation<'_> {
     fn schedule(&self, creds: &Credentials) -> Option<SystemTime> {
         let s = self.settings;
         let cert = &creds.cert;
-        let now = SystemTime::now();
+        let now = clock::now();
         let at = s.rotate_certificates.then(|| {
-            let from = |start| {
-                deadline(
-                    start,
-                    cert.not_after,
-                    s.rotation_fraction,
-                    s.rotation_jitter,
-                    draw_for(&cert.serial),
-                )
-            };
-            let at = from(cert.not_before);
-            if creds.fresh && at <= now {
-                tracing::warn!(serial = %cert.serial, not_before = %health::rfc3339(cert.not_before), "the new certificate's notBefore is backdated so far that its rotation deadline has passed; counting its lifetime from now");
-                from(now.max(cert.not_before))
-            } else {
-                at
+            let (at, recounted) = rotate_at(cert, s.rotation_fraction, s.rotation_jitter, creds.fresh, now);
+            if recounted {
+                tracing::warn!(serial = %cert.serial, not_before = %health::rfc3339(cert.not_before), "the new certificate's notBefore is so far behind this node's clock (backdated, or the clock is ahead) that its rotation deadline has passed; counting its lifetime from now");
             }
+            at
         });
         let summary = CertSummary {
             serial: cert.serial.clone(),
@@ -174,59 +198,55 @@ impl Rotation<'_> {
                 return;
             }
         };
-        let mut at = self.schedule(&creds);
+        let mut plan = Schedule::new(self.schedule(&creds), creds.cert.not_after);
         let mut retries = Retries::new(self.settings);
-        let mut next_try = at;
-        // Bootstrap was tried since this certificate expired (once at expiry, then backed off).
-        let mut fell_back = false;
         // A rotation CSR timed out and its pending key was kept for the next rotation.
         let mut rotation_key_left = false;
         let mut warned = false;
         let mut seen = None;
-        let mut ticker = Ticker::new();
+        let mut ticker = Ticker::for_loops();
         loop {
-            let now = SystemTime::now();
-            // Expiry is a deadline of its own: the first fallback to bootstrap happens then,
-            // even while a refused rotation backs off.
-            let due = next_try.map(|t| match fell_back {
-                false => t.min(creds.cert.not_after),
-                true => t,
-            });
-            let wake = due
-                .map(|t| t.duration_since(now).unwrap_or_default())
-                .unwrap_or(Duration::MAX)
-                .min(check_every(&creds));
+            // Wake at what is due, and at least every check_every: the deadlines are read
+            // against the wall clock again then, so a clock step counts within that.
+            let wake = match plan.next(clock::now(), Instant::now()) {
+                Next::Wait(wait) => wait,
+                Next::Rotate | Next::FallBack => Duration::ZERO,
+            }
+            .min(check_every(&creds));
             self.health.beat(TASK, wake + BEAT_SLACK);
             tokio::select! {
                 () = ticker.sleep_until(Instant::now() + wake) => {}
                 () = shutdown.requested() => return,
             }
-            let now = SystemTime::now();
             if let Some(adopted) = self.adopt_outside_change(&dir, &creds, &mut seen) {
                 creds = adopted;
                 self.publish(&creds);
-                at = self.schedule(&creds);
-                next_try = at;
+                plan = Schedule::new(self.schedule(&creds), creds.cert.not_after);
                 retries.reset();
-                (fell_back, rotation_key_left) = (false, false);
+                rotation_key_left = false;
                 continue;
             }
-            let Some(due) = due else {
+            let now = clock::now();
+            if plan.at.is_none() {
                 self.without_rotation(&creds, now, &mut warned);
                 continue;
-            };
-            if now < due {
-                continue;
             }
-            let expired = now >= creds.cert.not_after;
-            // Obtaining waits for approval, bounded by --csr-timeout.
-            self.health
-                .beat(TASK, self.settings.csr_timeout + 2 * BEAT_SLACK);
+            if plan.observe(now) {
+                tracing::info!(serial = %creds.cert.serial, not_after = %health::rfc3339(creds.cert.not_after), "the clock says the client certificate is valid again (it had been set ahead); rotating it at its deadline instead of bootstrapping");
+                self.health.set_bootstrap(State::Installed);
+            }
+            let expired = match plan.next(now, Instant::now()) {
+                Next::Wait(_) => continue,
+                Next::Rotate => false,
+                Next::FallBack => true,
+            };
+            // One pass, filing and the approval wait, bounded as a whole; the heartbeat
+            // covers it (see `pass`).
             let result = if expired {
-                if !fell_back {
+                if !plan.fell_back() {
                     tracing::error!(serial = %creds.cert.serial, "the client certificate expired before it was rotated; falling back to the bootstrap kubeconfig");
                 }
-                fell_back = true;
+                plan.fell_back_now();
                 if std::mem::take(&mut rotation_key_left) {
                     // That CSR was filed by the node and may never be approved (no
                     // selfnodeclient approval): the token files a fresh one.
@@ -235,7 +255,9 @@ impl Rotation<'_> {
                     }
                     crate::metrics::METRICS.csr_abandoned(crate::metrics::Profile::Client);
                 }
-                self.bootstrap.attempt(&dir).await
+                let limit = self.settings.csr_timeout;
+                let attempt = self.bootstrap.attempt(&dir);
+                pass::bounded(&self.health, TASK, limit, BEAT_SLACK, attempt).await
             } else {
                 tracing::info!(serial = %creds.cert.serial, "rotating the client certificate");
                 // Waiting past expiry is pointless: the fallback to bootstrap takes over then.
@@ -244,10 +266,12 @@ impl Rotation<'_> {
                     .settings
                     .csr_timeout
                     .min(remaining.max(Duration::from_secs(1)));
-                self.bootstrap
+                let c = &creds;
+                let obtain = self
+                    .bootstrap
                     .client
-                    .obtain(&dir, &creds.client, &creds.server, &creds.ca_pem, limit)
-                    .await
+                    .obtain(&dir, &c.client, &c.server, &c.ca_pem, limit);
+                pass::bounded(&self.health, TASK, limit, BEAT_SLACK, obtain).await
             };
             match result {
                 Ok(new) => {
@@ -255,25 +279,27 @@ impl Rotation<'_> {
                     creds = new;
                     self.publish(&creds);
                     self.prune(&dir);
-                    at = self.schedule(&creds);
-                    next_try = at;
+                    plan = Schedule::new(self.schedule(&creds), creds.cert.not_after);
                     retries.reset();
-                    (fell_back, rotation_key_left) = (false, false);
+                    rotation_key_left = false;
                 }
                 Err(e) => {
-                    rotation_key_left |= !expired && e.is_approval_timeout();
+                    // A pass cut short, like an approval timeout, leaves its pending key.
+                    let key_left = e.failed().is_none_or(BootstrapError::is_approval_timeout);
+                    rotation_key_left |= !expired && key_left;
                     let remaining = creds.cert.not_after.duration_since(now).unwrap_or_default();
-                    let delay = retries.after(e.is_refusal(), expired, remaining);
+                    let refusal = e.failed().is_some_and(BootstrapError::is_refusal);
+                    let delay = retries.after(refusal, expired, remaining);
                     self.report_failure(&e, expired, delay);
-                    next_try = Some(SystemTime::now() + delay);
+                    plan.failed(Instant::now(), delay);
                 }
             }
         }
     }
 
-    fn report_failure(&self, e: &BootstrapError, expired: bool, delay: Duration) {
-        let until = SystemTime::now() + delay;
-        let check = e.check();
+    fn report_failure(&self, e: &PassError<BootstrapError>, expired: bool, delay: Duration) {
+        let until = clock::now() + delay;
+        let check = e.check(BootstrapError::check);
         let hint = doctor_hint(check);
         if expired {
             tracing::error!(error = %report(e), retry_in = %health::human(delay), %check, "no usable identity: the client certificate expired and bootstrap failed ({hint})");

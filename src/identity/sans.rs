@@ -67,6 +67,38 @@ pub fn with_extra(sans: Sans, extra: &[String]) -> Sans {
     Sans::new(dns, ips)
 }
 
+/// What one read of the Node said about its addresses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeRead {
+    /// The Node, and the SANs its `status.addresses` give ([`from_node`]).
+    Found(Option<Sans>),
+    /// 404: the Node is not registered (not yet, or no longer).
+    Missing,
+    /// No usable answer (a timeout, a transport error, 5xx, 429, 401, 403): it says
+    /// nothing about the Node's addresses.
+    Failed,
+}
+
+/// The SANs to request after `read` (pure). Only a successful read changes them: the
+/// Node's addresses plus `extra` (`--tls-san`). Only while the Node does not exist do
+/// `settings` apply (the node name and `--node-ip`, as before it registers). Otherwise —
+/// a failed read, or a Node without usable addresses yet — the SANs of the certificate in
+/// use (`current`), so an API blip never files a CSR for other SANs; `None` when none is in
+/// use yet after a failed read: wait for the next read.
+pub fn wanted(
+    read: NodeRead,
+    current: Option<&Sans>,
+    settings: impl FnOnce() -> Sans,
+    extra: &[String],
+) -> Option<Sans> {
+    match read {
+        NodeRead::Found(Some(sans)) => Some(with_extra(sans, extra)),
+        NodeRead::Missing => Some(settings()),
+        NodeRead::Found(None) => Some(current.cloned().unwrap_or_else(settings)),
+        NodeRead::Failed => current.cloned(),
+    }
+}
+
 /// Whether a serving CSR may be filed for `sans`: at least one IP, as the kubelet requires
 /// (the `kubernetes.io/kubelet-serving` signer's approvers reject a CSR without one).
 pub fn usable(sans: &Sans) -> bool {

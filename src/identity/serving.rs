@@ -12,18 +12,24 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::api::ApiClient;
+use crate::checkid::CheckId;
 use crate::config::Settings;
-use crate::identity::issue::{IssueError, Issuer, Publish, Request};
-use crate::identity::rotation::{deadline, draw_for, Retries};
-use crate::identity::sans;
+use crate::identity::issue::{api_check, IssueError, Issuer, Publish, Request};
+use crate::identity::pass::{self, PassError};
+use crate::identity::rotation::{rotate_at, Retries};
+use crate::identity::sans::{self, NodeRead};
 use crate::metrics::{Profile, METRICS};
 use crate::pki::files::CertDir;
 use crate::pki::verify::verify_issued;
 use crate::pki::{parse_cert_chain, CertInfo, CertProfile, NodeKey, Sans};
 use crate::runtime::health::{self, CertSummary, Health, State};
-use crate::runtime::report;
 use crate::runtime::shutdown::Shutdown;
 use crate::runtime::ticker::Ticker;
+use crate::runtime::{clock, report};
+
+mod placeholder;
+
+pub use placeholder::ensure_placeholder;
 
 /// The heartbeat name the watchdog reports.
 pub const TASK: &str = "serving";
@@ -32,8 +38,23 @@ pub const TASK: &str = "serving";
 const APPROVAL_NAG: Duration = Duration::from_secs(300);
 /// How often the loop looks at the Node's addresses (and so notices a new one).
 const ADDRESS_CHECK: Duration = Duration::from_secs(60);
+/// One read of the Node's addresses takes at most this long.
+const NODE_READ_LIMIT: Duration = Duration::from_secs(15);
 /// Slack on a heartbeat bound.
 const BEAT_SLACK: Duration = Duration::from_secs(60);
+
+/// A Node read that told nothing: why (for the log and STATUS=), and the doctor check.
+struct ReadFailed {
+    reason: String,
+    check: CheckId,
+}
+
+/// The cluster-issued serving certificate in use, and when it is due for rotation (drawn
+/// once per certificate).
+struct Current {
+    info: CertInfo,
+    rotate_at: SystemTime,
+}
 
 /// The serving-certificate loop and what it needs.
 pub struct Serving {
@@ -69,35 +90,48 @@ impl Serving {
         let mut retries = Retries::new(&self.settings);
         let mut not_before = Instant::now();
         let mut pending_since: Option<SystemTime> = None;
-        let mut ticker = Ticker::new();
+        // The last Node read failed (one warning per streak of failures).
+        let mut node_failing = false;
+        let mut ticker = Ticker::for_loops();
         loop {
             let client = self.clients.borrow().clone();
-            let wanted = self.wanted_sans(&client).await;
-            let now = SystemTime::now();
-            let due = self.due(current.as_ref(), &wanted, now);
-            let wait = match due {
-                Some(at) if Instant::now() >= not_before => {
+            // The read is bounded, and the heartbeat covers it.
+            self.health.beat(TASK, NODE_READ_LIMIT + BEAT_SLACK);
+            let read = tokio::select! {
+                read = self.read_node(&client) => read,
+                () = shutdown.requested() => return,
+            };
+            let now = clock::now();
+            let wanted = self.wanted(
+                read,
+                current.as_ref().map(|c| &c.info),
+                &mut node_failing,
+                now,
+            );
+            let plan = wanted.and_then(|w| self.due(current.as_ref(), &w, now).map(|at| (w, at)));
+            let wait = match &plan {
+                Some((_, at)) if Instant::now() >= not_before => {
                     at.duration_since(now).unwrap_or_default()
                 }
                 Some(_) => not_before.saturating_duration_since(Instant::now()),
                 None => ADDRESS_CHECK,
             }
             .min(ADDRESS_CHECK);
-            if !wait.is_zero() {
+            let Some((wanted, _)) = plan.filter(|_| wait.is_zero()) else {
                 self.health.beat(TASK, wait + BEAT_SLACK);
                 tokio::select! {
                     () = ticker.sleep_until(Instant::now() + wait) => {}
                     () = shutdown.requested() => return,
                 }
                 continue;
-            }
+            };
             let profile = CertProfile::serving(&self.settings.node_name, wanted);
             // One wait lasts until the next reminder (at most half of --csr-timeout, after
-            // which the CSR is given up); the same CSR is adopted again after each.
+            // which the CSR is given up); the same CSR is adopted again after each. The
+            // whole pass, filing included, is bounded, and the heartbeat promises that.
             let limit = APPROVAL_NAG
                 .min(self.settings.csr_timeout / 2)
                 .max(Duration::from_secs(1));
-            self.health.beat(TASK, limit + BEAT_SLACK);
             let request = Request {
                 profile: &profile,
                 client: &client,
@@ -106,30 +140,31 @@ impl Serving {
                 not_issued_warning: self.settings.csr_not_issued_warning,
                 publish: Publish::Files,
             };
+            let issuing = issuer.issue(&dir, request);
             let result = tokio::select! {
-                r = issuer.issue(&dir, request) => r,
+                r = pass::bounded(&self.health, TASK, limit, BEAT_SLACK, issuing) => r,
                 () = shutdown.requested() => return,
             };
             match result {
                 Ok(issued) => {
                     tracing::info!(serial = %issued.info.serial, not_after = %health::rfc3339(issued.info.not_after), sans = ?issued.info.sans, "the kubelet serves the new certificate once it re-reads kubelet-server-current.pem (kubelet 1.31+ does so on its own; older kubelets need `systemctl restart kubelet`)");
                     if let Some(previous) = &current {
-                        let lived = SystemTime::now()
-                            .duration_since(previous.not_before)
+                        let lived = clock::now()
+                            .duration_since(previous.info.not_before)
                             .unwrap_or_default();
                         METRICS.serving_rotated(lived);
                     }
                     self.installed_now(&issued.info);
-                    current = Some(issued.info);
+                    current = Some(self.current(issued.info, true));
                     pending_since = None;
                     retries.reset();
                     self.prune(&dir);
                 }
-                Err(e) if e.is_approval_timeout() => {
+                Err(PassError::Failed(e)) if e.is_approval_timeout() => {
                     let since = *pending_since.get_or_insert(now);
                     let name = csr_name(&e);
                     tracing::warn!(csr = %name, "the serving certificate's CSR {name} is still waiting for approval: approve it with `kubectl certificate approve {name}`; Kubernetes never approves kubelet-serving CSRs on its own, so automation needs an approver such as kubelet-csr-approver");
-                    if SystemTime::now().duration_since(since).unwrap_or_default()
+                    if clock::now().duration_since(since).unwrap_or_default()
                         >= self.settings.csr_timeout
                     {
                         tracing::warn!(csr = %name, "giving up on CSR {name} after --csr-timeout; the next one uses a fresh key");
@@ -142,10 +177,11 @@ impl Serving {
                 }
                 Err(e) => {
                     let remaining = current.as_ref().map_or(Duration::ZERO, |c| {
-                        c.not_after.duration_since(now).unwrap_or_default()
+                        c.info.not_after.duration_since(now).unwrap_or_default()
                     });
+                    let refusal = e.failed().is_some_and(IssueError::is_refusal);
                     let delay = retries.after(
-                        e.is_refusal(),
+                        refusal,
                         remaining.is_zero(),
                         remaining.max(Duration::from_secs(10)),
                     );
@@ -160,12 +196,7 @@ impl Serving {
     /// When the serving certificate needs a new CSR: now when there is none or it names
     /// other addresses, else at its rotation deadline. `None` while no IP is known (the
     /// signer rejects a serving CSR without one).
-    fn due(
-        &self,
-        current: Option<&CertInfo>,
-        wanted: &Sans,
-        now: SystemTime,
-    ) -> Option<SystemTime> {
+    fn due(&self, current: Option<&Current>, wanted: &Sans, now: SystemTime) -> Option<SystemTime> {
         if !sans::usable(wanted) {
             self.health.update(|s| {
                 s.serving = Some(State::BackingOff {
@@ -179,52 +210,112 @@ impl Serving {
         let Some(cert) = current else {
             return Some(now);
         };
-        if cert.sans != *wanted {
-            tracing::info!(have = ?cert.sans, want = ?wanted, "the node's addresses changed; requesting a new serving certificate");
+        if cert.info.sans != *wanted {
+            tracing::info!(have = ?cert.info.sans, want = ?wanted, "the node's addresses changed; requesting a new serving certificate");
             return Some(now);
         }
-        let s = &self.settings;
-        Some(deadline(
-            cert.not_before,
-            cert.not_after,
-            s.rotation_fraction,
-            s.rotation_jitter,
-            draw_for(&cert.serial),
-        ))
+        Some(cert.rotate_at)
     }
 
-    /// The SANs to ask for: the Node's addresses once it exists, else the node name and
-    /// `--node-ip` (or the default-route interface's addresses), plus `--tls-san`.
-    async fn wanted_sans(&self, client: &ApiClient) -> Sans {
+    /// `info` with its rotation deadline, drawn from its serial; for one issued just now
+    /// (`fresh`) whose deadline has already passed by this node's clock, counted from now,
+    /// as for the client certificate (no CSR storm with a clock ahead of the signer's).
+    fn current(&self, info: CertInfo, fresh: bool) -> Current {
         let s = &self.settings;
-        let node = client
-            .get::<Node>(&format!("/api/v1/nodes/{}", s.node_name))
-            .await;
-        let from_node = match node {
-            Ok(node) => sans::from_node(&node),
-            Err(e) if e.is_not_found() => None,
-            Err(e) => {
-                tracing::debug!(error = %report(&e), "Node lookup for the serving certificate's addresses failed");
-                None
+        let (at, recounted) = rotate_at(
+            &info,
+            s.rotation_fraction,
+            s.rotation_jitter,
+            fresh,
+            clock::now(),
+        );
+        if recounted {
+            tracing::warn!(serial = %info.serial, not_before = %health::rfc3339(info.not_before), "the new serving certificate's notBefore is so far behind this node's clock that its rotation deadline has passed; counting its lifetime from now");
+        }
+        Current {
+            info,
+            rotate_at: at,
+        }
+    }
+
+    /// One read of the Node, from the API server's watch cache (`resourceVersion=0`: this
+    /// runs every minute on every node, and an address a few seconds old is fine), bounded
+    /// by [`NODE_READ_LIMIT`].
+    async fn read_node(&self, client: &ApiClient) -> Result<Option<Node>, ReadFailed> {
+        let path = format!(
+            "/api/v1/nodes/{}?resourceVersion=0",
+            self.settings.node_name
+        );
+        match tokio::time::timeout(NODE_READ_LIMIT, client.get::<Node>(&path)).await {
+            Ok(Ok(node)) => Ok(Some(node)),
+            Ok(Err(e)) if e.is_not_found() => Ok(None),
+            Ok(Err(e)) => Err(ReadFailed {
+                reason: report(&e),
+                check: api_check(&e),
+            }),
+            Err(_) => Err(ReadFailed {
+                reason: format!("no answer within {}", health::human(NODE_READ_LIMIT)),
+                check: CheckId::ServerReachable,
+            }),
+        }
+    }
+
+    /// The SANs to ask for after a Node read (see [`sans::wanted`]): the Node's addresses
+    /// once it exists; the node name and `--node-ip` (or the default-route interface's
+    /// addresses) only while it does not; plus `--tls-san`. A failed read keeps the SANs of
+    /// the certificate in use, or — with none yet — waits, saying so in STATUS=.
+    fn wanted(
+        &self,
+        read: Result<Option<Node>, ReadFailed>,
+        current: Option<&CertInfo>,
+        failing: &mut bool,
+        now: SystemTime,
+    ) -> Option<Sans> {
+        let s = &self.settings;
+        let read = match read {
+            Ok(Some(node)) => NodeRead::Found(sans::from_node(&node)),
+            Ok(None) => NodeRead::Missing,
+            Err(ReadFailed { reason, check }) => {
+                let node = &s.node_name;
+                tracing::debug!(error = %reason, "Node lookup for the serving certificate's addresses failed");
+                if !std::mem::replace(failing, true) {
+                    let keeping = match current {
+                        Some(_) => "keeping the serving certificate's SANs until it can be read",
+                        None => "no serving CSR until it can be read",
+                    };
+                    tracing::warn!(error = %reason, %check, "cannot read Node {node} for the serving certificate's addresses; {keeping}");
+                }
+                if current.is_none() {
+                    self.health.update(|h| {
+                        h.serving = Some(State::BackingOff {
+                            until: now + ADDRESS_CHECK,
+                            reason: format!("cannot read Node {node} for its addresses: {reason}"),
+                            check,
+                        })
+                    });
+                }
+                NodeRead::Failed
             }
         };
-        match from_node {
-            Some(found) => sans::with_extra(found, &s.tls_sans),
-            None => sans::from_settings(&s.node_name, &s.node_ips, &self.detected, &s.tls_sans),
+        if !matches!(read, NodeRead::Failed) && std::mem::take(failing) {
+            tracing::info!("the Node can be read again");
         }
+        let settings =
+            || sans::from_settings(&s.node_name, &s.node_ips, &self.detected, &s.tls_sans);
+        sans::wanted(read, current.map(|c| &c.sans), settings, &s.tls_sans)
     }
 
     /// The installed serving certificate, if it is still ours: its key, the cluster CA, the
     /// serverAuth usage and validity now (its SANs are compared with the wanted ones later).
-    fn installed(&self, dir: &CertDir) -> Option<CertInfo> {
+    fn installed(&self, dir: &CertDir) -> Option<Current> {
         let (chain, key) = dir.read_current().ok()??;
         let key = NodeKey::from_pem(&key).ok()?;
         let leaf = parse_cert_chain(&chain).ok()?.into_iter().next()?.0;
         let profile = CertProfile::serving(&self.settings.node_name, leaf.sans.clone());
-        match verify_issued(&chain, &key, &profile, &self.ca_pem, SystemTime::now()) {
+        match verify_issued(&chain, &key, &profile, &self.ca_pem, clock::now()) {
             Ok(info) => {
                 self.installed_now(&info);
-                Some(info)
+                Some(self.current(info, false))
             }
             Err(e) => {
                 tracing::info!(reason = %report(&e), "the installed serving certificate cannot be reused; requesting a new one");
@@ -247,12 +338,12 @@ impl Serving {
         });
     }
 
-    fn report_failure(&self, e: &IssueError, delay: Duration) {
-        let check = e.check();
+    fn report_failure(&self, e: &PassError<IssueError>, delay: Duration) {
+        let check = e.check(IssueError::check);
         tracing::warn!(error = %report(e), retry_in = %health::human(delay), %check, "the serving certificate was not issued ({})", health::doctor_hint(check));
         self.health.update(|s| {
             s.serving = Some(State::BackingOff {
-                until: SystemTime::now() + delay,
+                until: clock::now() + delay,
                 reason: report(e),
                 check,
             })
@@ -273,42 +364,6 @@ impl Serving {
     }
 }
 
-/// How long the placeholder serving certificate is valid (the kubelet's own self-signed
-/// one is valid a year too).
-const PLACEHOLDER_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
-
-/// Before READY: when no serving certificate is installed, a self-signed one for the SANs
-/// known now, so the kubelet (pointed at `kubelet-server-current.pem` by the drop-in) can
-/// start while the first serving CSR waits for approval — it refuses to start without the
-/// file. This is what the kubelet serves on its own without `serverTLSBootstrap`; bootlet
-/// never trusts it and replaces it as soon as a signed certificate is issued.
-pub fn ensure_placeholder(settings: &Settings, detected: &[IpAddr]) -> Result<(), String> {
-    let profile = CertProfile::serving(
-        &settings.node_name,
-        sans::from_settings(
-            &settings.node_name,
-            &settings.node_ips,
-            detected,
-            &settings.tls_sans,
-        ),
-    );
-    let dir = CertDir::open(&settings.cert_dir)
-        .map_err(|e| report(&e))?
-        .for_profile(&profile);
-    if dir.read_current().ok().flatten().is_some() {
-        return Ok(());
-    }
-    let key = NodeKey::generate().map_err(|e| report(&e))?;
-    let now = SystemTime::now();
-    let chain = crate::pki::self_signed(&key, &profile, now, PLACEHOLDER_LIFETIME)
-        .map_err(|e| report(&e))?;
-    let file = dir
-        .install(&chain, &key.to_pem(), now)
-        .map_err(|e| report(&e))?;
-    tracing::info!(file = %file.display(), sans = ?profile.sans, "no serving certificate yet: wrote a self-signed one so the kubelet can start; it is replaced once a kubelet-serving CSR is approved");
-    Ok(())
-}
-
 /// The CSR an approval timeout was about.
 fn csr_name(e: &IssueError) -> String {
     match e {
@@ -316,3 +371,6 @@ fn csr_name(e: &IssueError) -> String {
         _ => String::new(),
     }
 }
+
+#[cfg(test)]
+mod tests;

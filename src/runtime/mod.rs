@@ -1,8 +1,9 @@
 //! Process plumbing every other layer uses: logging, systemd notification, shutdown,
-//! exact timers, the health snapshot, back-off, durations and one-line text. A leaf
+//! exact timers, the wall clock, the health snapshot, back-off, durations and one-line text. A leaf
 //! layer: nothing here imports the API, identity, Lease or doctor layers.
 
 pub mod backoff;
+pub mod clock;
 pub mod duration;
 pub mod health;
 pub mod notify;

@@ -36,6 +36,17 @@ impl Ticker {
         Ticker { fd }
     }
 
+    /// For the certificate loops: [`Ticker::new`], except in this crate's unit tests, which
+    /// drive those loops on tokio's paused clock — a timerfd counts real time, and only
+    /// tokio's own timer follows a paused clock.
+    pub fn for_loops() -> Self {
+        if cfg!(test) {
+            Ticker { fd: None }
+        } else {
+            Ticker::new()
+        }
+    }
+
     /// Whether wake-ups come from a timerfd (false: tokio's timer wheel).
     pub fn is_exact(&self) -> bool {
         self.fd.is_some()

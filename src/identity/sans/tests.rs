@@ -276,3 +276,30 @@ fn addresses_of_the_default_route_interfaces_by_family() {
         ips(&["192.168.1.10", "2001:db8:1::1", "10.2.0.1"])
     );
 }
+
+/// (a) Only a successful Node read changes the SANs; the settings only while the Node does
+/// not exist; a failed read keeps what is served, or waits.
+#[test]
+fn only_a_successful_node_read_changes_the_sans() {
+    let node_sans = Sans::new(strings(&["n1"]), ips(&["10.0.0.5"]));
+    let served = Sans::new(strings(&["n1"]), ips(&["10.0.0.4"]));
+    let settings = || Sans::new(strings(&["n1"]), ips(&["192.168.1.9"]));
+    let extra = strings(&["n1.example.test"]);
+    let with_extra = Sans::new(strings(&["n1", "n1.example.test"]), ips(&["10.0.0.5"]));
+    let found = NodeRead::Found(Some(node_sans.clone()));
+    // (read, certificate in use) -> SANs to request
+    let cases = [
+        (found.clone(), Some(&served), Some(with_extra.clone())),
+        (found, None, Some(with_extra)),
+        (NodeRead::Missing, Some(&served), Some(settings())),
+        (NodeRead::Missing, None, Some(settings())),
+        (NodeRead::Found(None), Some(&served), Some(served.clone())),
+        (NodeRead::Found(None), None, Some(settings())),
+        (NodeRead::Failed, Some(&served), Some(served.clone())),
+        (NodeRead::Failed, None, None),
+    ];
+    for (read, current, want) in cases {
+        let label = format!("{read:?} with {current:?}");
+        assert_eq!(wanted(read, current, settings, &extra), want, "{label}");
+    }
+}
