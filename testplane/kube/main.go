@@ -7,6 +7,7 @@
 //	kube kube-controller-manager FLAGS...
 //	kube hollow-node FLAGS...          (kubemark's hollow kubelet)
 //	kube kubectl ARGS...
+//	kube kubelet-identity FLAGS...     (the kubelet's identity code alone: see runKubeletIdentity)
 //
 // Nothing here changes what the components do; it only chooses which one runs (and, for
 // the hollow kubelet, how often client-go re-reads rotated certificate files: see
@@ -14,6 +15,8 @@
 package main
 
 import (
+	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"net/url"
@@ -27,14 +30,28 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/wait"
+	clientset "k8s.io/client-go/kubernetes"
+	restclient "k8s.io/client-go/rest"
 	"k8s.io/client-go/transport"
+	"k8s.io/client-go/util/certificate"
 	"k8s.io/component-base/cli"
 	"k8s.io/component-base/logs"
+	"k8s.io/component-helpers/apimachinery/lease"
+	"k8s.io/klog/v2"
 	kubectlcmd "k8s.io/kubectl/pkg/cmd"
 	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	hollownode "k8s.io/kubernetes/cmd/kubemark/app"
+	kubeletcertificate "k8s.io/kubernetes/pkg/kubelet/certificate"
+	"k8s.io/kubernetes/pkg/kubelet/certificate/bootstrap"
+	kubeletutil "k8s.io/kubernetes/pkg/kubelet/util"
+	"k8s.io/utils/clock"
 
 	// kubectl's client auth plugins, as cmd/kubectl imports them.
 	_ "k8s.io/client-go/plugin/pkg/client/auth"
@@ -47,6 +64,7 @@ var components = map[string]func(args []string) int{
 	"kube-controller-manager": runControllerManager,
 	"hollow-node":             runHollowNode,
 	"kubectl":                 runKubectl,
+	"kubelet-identity":        runKubeletIdentity,
 }
 
 func main() {
@@ -194,4 +212,104 @@ func runEtcd(args []string) int {
 		e.Close()
 		return 0
 	}
+}
+
+// runKubeletIdentity is the kubelet minus everything that is not node identity: bootlet's
+// job done by the kubelet's own code at this release, as cmd/kubelet/app wires it with
+// rotateCertificates on. The TLS bootstrap and the kubeconfig pointing at the cert store
+// (bootstrap.LoadClientConfig), the client certificate manager (rotation at 70-90 % of the
+// lifetime) behind a rotating transport (certificate.UpdateTransport), and the node Lease
+// controller (10 s, the kubelet's owner-reference function) on a heartbeat client without
+// rate limit and with the kubelet's timeout; protobuf, QPS 50, burst 100, as the kubelet's
+// defaults. The flags are bootlet run's where they overlap; bootlet-only ones are accepted
+// and ignored so that one command line runs either.
+func runKubeletIdentity(args []string) int {
+	fs := flag.NewFlagSet("kubelet-identity", flag.ContinueOnError)
+	bootstrapPath := fs.String("bootstrap-kubeconfig", "/etc/kubernetes/bootstrap-kubelet.conf", "bootstrap kubeconfig")
+	kubeconfig := fs.String("kubeconfig", "/etc/kubernetes/kubelet.conf", "kubeconfig to write and use")
+	certDir := fs.String("cert-dir", "/var/lib/kubelet/pki", "certificate directory")
+	nodeName := fs.String("node-name", "", "node name")
+	leaseDuration := fs.Duration("lease-duration", 40*time.Second, "spec.leaseDurationSeconds")
+	renewInterval := fs.Duration("lease-renew-interval", 0, "Lease renewal period (default: a quarter of --lease-duration, as the kubelet)")
+	for _, ignored := range []string{"metrics-bind-address", "rotation-fraction", "rotation-jitter", "csr-timeout", "config"} {
+		fs.String(ignored, "", "accepted and ignored (bootlet run only)")
+	}
+	klog.InitFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *nodeName == "" {
+		host, _ := os.Hostname()
+		*nodeName = strings.ToLower(host)
+	}
+	if *renewInterval == 0 {
+		*renewInterval = time.Duration(float64(*leaseDuration) * 0.25)
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer cancel()
+	logger := klog.FromContext(ctx)
+	node := types.NodeName(*nodeName)
+
+	// cmd/kubelet/app.buildKubeletClientConfig, the RotateCertificates branch.
+	certConfig, clientConfig, err := bootstrap.LoadClientConfig(logger, *kubeconfig, *bootstrapPath, *certDir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kubelet-identity:", err)
+		return 1
+	}
+	contentType(certConfig)
+	contentType(clientConfig)
+	clientConfig.QPS, clientConfig.Burst = 50, 100
+	newClientset := func(current *tls.Certificate) (clientset.Interface, error) {
+		config := certConfig
+		if current != nil {
+			config = clientConfig
+		}
+		return clientset.NewForConfig(config)
+	}
+	manager, err := kubeletcertificate.NewKubeletClientCertificateManager(*certDir, node,
+		clientConfig.CertData, clientConfig.KeyData, clientConfig.CertFile, clientConfig.KeyFile, newClientset)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kubelet-identity:", err)
+		return 1
+	}
+	transportConfig := restclient.AnonymousClientConfig(clientConfig)
+	if _, err := kubeletcertificate.UpdateTransport(logger, wait.NeverStop, transportConfig, manager, 5*time.Minute); err != nil {
+		fmt.Fprintln(os.Stderr, "kubelet-identity:", err)
+		return 1
+	}
+	manager.Start()
+	defer manager.Stop()
+	if err := waitForCertificate(ctx, manager); err != nil {
+		return 0
+	}
+	fmt.Fprintln(os.Stderr, "kubelet-identity: client certificate in place")
+
+	// cmd/kubelet/app.RunKubelet's heartbeat client and pkg/kubelet's Lease controller.
+	heartbeat := *transportConfig
+	heartbeat.Timeout = 10 * time.Second // NodeStatusUpdateFrequency, below the lease duration
+	heartbeat.QPS = -1
+	client, err := clientset.NewForConfig(&heartbeat)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kubelet-identity:", err)
+		return 1
+	}
+	onFailure := func() { utilnet.CloseIdleConnectionsFor(heartbeat.Transport) }
+	controller := lease.NewController(clock.RealClock{}, client, *nodeName, int32(leaseDuration.Seconds()),
+		onFailure, *renewInterval, *nodeName, v1.NamespaceNodeLease,
+		kubeletutil.SetNodeOwnerFunc(ctx, client, *nodeName))
+	controller.Run(ctx)
+	return 0
+}
+
+// contentType is cmd/kubelet/app.setContentTypeForClient with the kubelet's default.
+func contentType(cfg *restclient.Config) {
+	cfg.ContentType = runtime.ContentTypeProtobuf
+	cfg.AcceptContentTypes = strings.Join([]string{runtime.ContentTypeProtobuf, runtime.ContentTypeJSON}, ",")
+}
+
+// waitForCertificate returns once the manager holds a certificate (or ctx ends).
+func waitForCertificate(ctx context.Context, m certificate.Manager) error {
+	return wait.PollUntilContextCancel(ctx, 50*time.Millisecond, true, func(context.Context) (bool, error) {
+		return m.Current() != nil, nil
+	})
 }
