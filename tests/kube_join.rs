@@ -283,6 +283,7 @@ fn the_lease_is_owned_by_the_node_keeps_it_ready_and_lets_it_go_unknown_after_bo
         )
         .await;
         let took = stopped.elapsed();
+        eprintln!("measured: Ready=Unknown {took:?} after bootlet stopped");
         // The node monitor marks it once no renewal came for the grace period (50 s),
         // checked every 5 s; the last renewal was up to one interval (10 s) before the stop.
         assert!(
