@@ -6,7 +6,6 @@
 mod support;
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
@@ -21,7 +20,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use serde_json::Value;
-use support::doctor::{doctor, doctor_json, Run};
+use support::doctor::{doctor, doctor_json, openssl_pin, Run};
 use support::{path, snapshot, NodeDir};
 use testplane::{Approval, Signer, TestPlane};
 
@@ -208,27 +207,6 @@ fn machine_id() -> String {
     std::fs::read_to_string("/etc/machine-id")
         .map(|s| s.trim().to_string())
         .unwrap_or_default()
-}
-
-/// The CA's kubeadm pin, computed by openssl (an independent peer).
-fn openssl_pin(ca_pem: &str) -> String {
-    let script = "openssl x509 -pubkey -noout | openssl pkey -pubin -outform der | openssl dgst -sha256 -hex";
-    let mut child = std::process::Command::new("sh")
-        .args(["-c", script])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write as _;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(ca_pem.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let text = String::from_utf8(out.stdout).unwrap();
-    format!("sha256:{}", text.trim().rsplit(' ').next().unwrap())
 }
 
 /// Run a printed remediation with the real kubectl as the cluster admin.
@@ -513,7 +491,7 @@ const CASES: &[Case] = &[
     Case { name: "16 node NotReady", statuses: "PPPPPPPPPFP", root: Some("node"), summary: &["Node node-1 is NotReady (KubeletReady: Ready is False)"], fix: "journalctl -u kubelet" },
     Case { name: "16 node NetworkUnavailable", statuses: "PPPPPPPPPFP", root: Some("node"), summary: &["NetworkUnavailable=True (NoRouteCreated)", "CNI"], fix: "--field-selector spec.nodeName=node-1" },
     Case { name: "16 node uninitialised", statuses: "PPPPPPPPPWP", root: None, summary: &["node.cloudprovider.kubernetes.io/uninitialized", "no spec.podCIDR", "topology.kubernetes.io/zone, node.kubernetes.io/instance-type missing"], fix: "cloud-controller-manager" },
-    Case { name: "16 node missing", statuses: "PPPPPPPPPWP", root: None, summary: &["Node node-1 is not registered yet"], fix: "systemctl status kubelet" },
+    Case { name: "16 node missing", statuses: "PPPPPPPPPWP", root: None, summary: &["Node node-1 is not registered: the kubelet registers its Node only when it starts"], fix: "systemctl restart kubelet" },
     Case { name: "16 healthy node", statuses: "PPPPPPPPPPP", root: None, summary: &[], fix: "" },
     Case { name: "17 lease stale", statuses: "PPPPPPPPPPF", root: Some("lease"), summary: &["last renewed 5m", "longer than its 40s duration"], fix: "systemctl restart bootlet" },
     Case { name: "17 lease held by another", statuses: "PPPPPPPPPPF", root: Some("lease"), summary: &["held by \"node-9\", not node-1"], fix: "kubectl -n kube-node-lease delete lease node-1" },

@@ -73,3 +73,24 @@ pub async fn doctor_json(args: &[String]) -> Run {
     let json = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
     Run { code, json, took }
 }
+
+/// The CA's kubeadm pin, computed by openssl (an independent peer).
+pub fn openssl_pin(ca_pem: &str) -> String {
+    let script = "openssl x509 -pubkey -noout | openssl pkey -pubin -outform der | openssl dgst -sha256 -hex";
+    let mut child = std::process::Command::new("sh")
+        .args(["-c", script])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(ca_pem.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    format!("sha256:{}", text.trim().rsplit(' ').next().unwrap())
+}

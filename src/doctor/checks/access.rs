@@ -139,7 +139,11 @@ pub(super) fn authorization(settings: &Settings, obs: &Observations) -> Outcome 
             Outcome::pass(format!("{who} may create CertificateSigningRequests"))
         }
         Some(Ok(sar)) if cert => Outcome::fail(
-            format!("{who} may not create CertificateSigningRequests, so rotation cannot work ({})", sar.reason),
+            format!(
+                "{who} may not create CertificateSigningRequests, so rotation cannot work{}",
+                // kube-apiserver gives a denial no reason (RBAC explains only an allow).
+                if sar.reason.is_empty() { String::new() } else { format!(" ({})", sar.reason) }
+            ),
             format!("kubectl auth can-i create certificatesigningrequests --as={who} --as-group=system:nodes"),
         ),
         Some(Ok(_)) => {

@@ -327,8 +327,22 @@ const JOINED_ROWS: &[Row] = &[
         |o| o.net.node = Some(Err(api(404, "not found"))),
         CheckId::Node,
         Status::Warn,
-        "not registered yet",
-        "systemctl status kubelet",
+        "not registered: the kubelet registers its Node only when it starts",
+        "systemctl restart kubelet",
+    ),
+    (
+        "no Node, so no kubelet Lease either",
+        |o| {
+            if let Some(Ok(s)) = &mut o.settings {
+                s.renew_lease = false;
+            }
+            o.net.node = Some(Err(api(404, "not found")));
+            o.net.lease = Some(Err(api(404, "not found")));
+        },
+        CheckId::Lease,
+        Status::Warn,
+        "the kubelet writes it only while its Node exists",
+        "systemctl restart kubelet",
     ),
     (
         "NotReady fails",
@@ -516,13 +530,19 @@ fn ca_mismatch_shows_both_pins() {
     let mut obs = joining();
     obs.net.tls = Some(Err(TlsFailure::UnknownCa {
         kubeconfig_pins: vec!["sha256:aa".into()],
+        kubeconfig_cas: vec!["CN=kubernetes, key id AA:01".into()],
         server_ca_pins: vec!["sha256:bb".into()],
         server_issuer: "CN=kubernetes".into(),
+        server_issuer_key_id: Some("BB:02".into()),
     }));
     let o = evaluate(&obs, now()).get(CheckId::CaTrust).clone();
     assert_eq!(o.status, Status::Fail);
     assert!(o.summary.contains("presents CA sha256:bb"), "{o:?}");
-    assert!(o.summary.contains("trusts CA sha256:aa"), "{o:?}");
+    assert!(
+        o.summary
+            .contains("trusts CA sha256:aa (CN=kubernetes, key id AA:01)"),
+        "{o:?}"
+    );
     // What an unverified endpoint presents is information, never the fix: pinning it would
     // trust whoever answered. The fix comes from the control plane.
     let fix = o.remediation.clone().unwrap();
@@ -539,11 +559,18 @@ fn ca_mismatch_without_a_server_ca_never_suggests_a_pin() {
     let mut obs = joining();
     obs.net.tls = Some(Err(TlsFailure::UnknownCa {
         kubeconfig_pins: vec!["sha256:aa".into()],
+        kubeconfig_cas: vec!["CN=kubernetes, key id AA:01".into()],
         server_ca_pins: vec![],
-        server_issuer: "CN=evil".into(),
+        server_issuer: "CN=kubernetes".into(),
+        server_issuer_key_id: Some("BB:02".into()),
     }));
     let o = evaluate(&obs, now()).get(CheckId::CaTrust).clone();
-    assert!(o.summary.contains("issued by CN=evil"), "{o:?}");
+    assert!(
+        o.summary.contains(
+            "issued by CN=kubernetes, key id BB:02 (the server sent no CA certificate), but"
+        ),
+        "{o:?}"
+    );
     let fix = o.remediation.unwrap();
     assert!(!fix.contains("sha256:"), "{fix}");
     assert!(fix.contains("on a control-plane node"), "{fix}");
