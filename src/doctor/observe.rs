@@ -378,8 +378,13 @@ async fn network(s: &Settings, cluster: &ClusterAccess, obs: &mut Observations) 
         return;
     };
     let net = &mut obs.net;
-    let Ok(client) = ApiClient::new(&cluster.server, &cluster.ca_pem, &credential, opts.clone())
-    else {
+    // kube-apiserver answers a 401 over HTTP/2 with `Connection: close` and a GOAWAY (its
+    // UnauthenticatedHTTP2DOSMitigation): a request sent on that connection just after it
+    // fails. With a dead token every request is a 401, so the two answers that decide checks
+    // before authentication does — the `Date` for clock-skew and the SelfSubjectReview —
+    // each get a client of their own (a connection pool of their own).
+    let new = || ApiClient::new(&cluster.server, &cluster.ca_pem, &credential, opts.clone());
+    let (Ok(client), Ok(clock), Ok(reviewer)) = (new(), new(), new()) else {
         return;
     };
     let token_client =
@@ -391,12 +396,12 @@ async fn network(s: &Settings, cluster: &ClusterAccess, obs: &mut Observations) 
         format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}");
     let (skew, review, token_review, create, approve, csr, node_obj, lease) = tokio::join!(
         async {
-            match client.get::<serde_json::Value>("/version").await {
+            match clock.get::<serde_json::Value>("/version").await {
                 Err(e) if !matches!(e, api::Error::Api { .. }) => Err(e),
-                _ => Ok(client.clock_skew_secs()),
+                _ => Ok(clock.clock_skew_secs()),
             }
         },
-        self_review(&client),
+        self_review(&reviewer),
         async {
             match &token_client {
                 Some(c) => Some(self_review(c).await),
