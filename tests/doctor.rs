@@ -6,7 +6,6 @@
 mod support;
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::{Duration, SystemTime};
 
 use base64::Engine as _;
@@ -21,6 +20,7 @@ use k8s_openapi::api::core::v1::{
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use serde_json::Value;
+use support::doctor::{doctor, doctor_json, openssl_pin, Run};
 use support::{path, snapshot, NodeDir};
 use testplane::{Approval, Signer, TestPlane};
 
@@ -35,63 +35,6 @@ fn kubeconfig(server: Option<&str>, ca_pem: &str, token: Option<&str>) -> String
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    certificate-authority-data: {b64}{server}\ncontexts:\n- name: x\n  context:\n    cluster: c\n    user: u\ncurrent-context: x\nusers:\n- name: u\n  user: {user}\n"
     )
-}
-
-/// What one doctor run printed and returned.
-struct Run {
-    code: Option<i32>,
-    json: Value,
-    took: Duration,
-}
-
-impl Run {
-    /// The 11 statuses as one letter each (P W F S), in contract order.
-    fn statuses(&self) -> String {
-        self.checks()
-            .iter()
-            .map(|c| match c["status"].as_str().unwrap() {
-                "pass" => 'P',
-                "warn" => 'W',
-                "fail" => 'F',
-                "skip" => 'S',
-                other => panic!("status {other}"),
-            })
-            .collect()
-    }
-    fn checks(&self) -> &Vec<Value> {
-        self.json["checks"].as_array().unwrap()
-    }
-    fn check(&self, id: &str) -> &Value {
-        self.checks().iter().find(|c| c["id"] == id).unwrap()
-    }
-    fn root(&self) -> Option<&str> {
-        self.json["rootCause"].as_str()
-    }
-}
-
-async fn doctor(args: &[String], output: &str) -> (Option<i32>, String, Duration) {
-    let started = tokio::time::Instant::now();
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_bootlet"))
-        .arg("doctor")
-        .args(args)
-        .args(["--output", output])
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .output()
-        .await
-        .unwrap();
-    let took = started.elapsed();
-    (
-        out.status.code(),
-        String::from_utf8(out.stdout).unwrap(),
-        took,
-    )
-}
-
-async fn doctor_json(args: &[String]) -> Run {
-    let (code, out, took) = doctor(args, "json").await;
-    let json = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
-    Run { code, json, took }
 }
 
 /// The node's flags (as for `run`, minus the subcommand).
@@ -264,27 +207,6 @@ fn machine_id() -> String {
     std::fs::read_to_string("/etc/machine-id")
         .map(|s| s.trim().to_string())
         .unwrap_or_default()
-}
-
-/// The CA's kubeadm pin, computed by openssl (an independent peer).
-fn openssl_pin(ca_pem: &str) -> String {
-    let script = "openssl x509 -pubkey -noout | openssl pkey -pubin -outform der | openssl dgst -sha256 -hex";
-    let mut child = std::process::Command::new("sh")
-        .args(["-c", script])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write as _;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(ca_pem.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    let text = String::from_utf8(out.stdout).unwrap();
-    format!("sha256:{}", text.trim().rsplit(' ').next().unwrap())
 }
 
 /// Run a printed remediation with the real kubectl as the cluster admin.
@@ -564,12 +486,12 @@ const CASES: &[Case] = &[
     Case { name: "12 cert for another node name", statuses: "PPPPPPPPFSS", root: Some("client-certificate"), summary: &["is for CN=system:node:old-name, O=system:nodes", "this node is CN=system:node:node-1", "--node-name old-name"], fix: "kubelet-client-current.pem && systemctl restart bootlet" },
     Case { name: "13 cert expired", statuses: "PPPPPPPPFSS", root: Some("client-certificate"), summary: &["kubelet-client-current.pem expired at"], fix: "kubelet-client-current.pem && systemctl restart bootlet" },
     Case { name: "13 rotation off, near expiry", statuses: "PPPPPPPPWWW", root: None, summary: &["past 90 % of its lifetime and rotation is off"], fix: "--rotate-certificates=true" },
-    Case { name: "14 cert from another CA", statuses: "PPPPPPPPFSS", root: Some("client-certificate"), summary: &["was issued by \"CN=rogue-ca\"", "not by the cluster CA"], fix: "kubelet-client-current.pem && systemctl restart bootlet" },
+    Case { name: "14 cert from another CA", statuses: "PPPPPPPPFSS", root: Some("client-certificate"), summary: &["was issued by \"CN=rogue-ca\", not by the cluster CA, and the API server does not vouch for it (the API server does not accept it: ", "401"], fix: "kubelet-client-current.pem && systemctl restart bootlet" },
     Case { name: "15 stale node from a reinstall", statuses: "PPPPPPPPPFP", root: Some("node"), summary: &["registered by another machine (machineID 0123456789abcdef0123456789abcdef", "stale Node"], fix: "kubectl delete node node-1" },
     Case { name: "16 node NotReady", statuses: "PPPPPPPPPFP", root: Some("node"), summary: &["Node node-1 is NotReady (KubeletReady: Ready is False)"], fix: "journalctl -u kubelet" },
     Case { name: "16 node NetworkUnavailable", statuses: "PPPPPPPPPFP", root: Some("node"), summary: &["NetworkUnavailable=True (NoRouteCreated)", "CNI"], fix: "--field-selector spec.nodeName=node-1" },
     Case { name: "16 node uninitialised", statuses: "PPPPPPPPPWP", root: None, summary: &["node.cloudprovider.kubernetes.io/uninitialized", "no spec.podCIDR", "topology.kubernetes.io/zone, node.kubernetes.io/instance-type missing"], fix: "cloud-controller-manager" },
-    Case { name: "16 node missing", statuses: "PPPPPPPPPWP", root: None, summary: &["Node node-1 is not registered yet"], fix: "systemctl status kubelet" },
+    Case { name: "16 node missing", statuses: "PPPPPPPPPWP", root: None, summary: &["Node node-1 is not registered: the kubelet registers its Node only when it starts"], fix: "systemctl restart kubelet" },
     Case { name: "16 healthy node", statuses: "PPPPPPPPPPP", root: None, summary: &[], fix: "" },
     Case { name: "17 lease stale", statuses: "PPPPPPPPPPF", root: Some("lease"), summary: &["last renewed 5m", "longer than its 40s duration"], fix: "systemctl restart bootlet" },
     Case { name: "17 lease held by another", statuses: "PPPPPPPPPPF", root: Some("lease"), summary: &["held by \"node-9\", not node-1"], fix: "kubectl -n kube-node-lease delete lease node-1" },
@@ -771,6 +693,73 @@ async fn kubectl_deletes_the_foreign_lease_and_bootlet_takes_it() {
     let after = doctor_json(&args).await;
     assert_eq!(after.check("lease")["status"], "pass", "{:#}", after.json);
     assert_eq!(after.code, Some(0), "{:#}", after.json);
+    tp.shutdown().await;
+}
+
+/// issue 21 M4: bootlet installs a client certificate signed by a kubelet-client CA other
+/// than the kubeconfig's once a SelfSubjectReview with it answers the node; doctor checks it
+/// through the same proof, tests that certificate (not the token), and passes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_from_a_second_ca_the_server_accepts_passes_through_the_daemons_proof() {
+    let tp = TestPlane::builder().start().await.unwrap();
+    tp.set_signer(Signer::SecondCa { chain: false });
+    let token = tp.create_token(Some(HOUR));
+    let dir = NodeDir::new(&tp.kubeconfig_for_token(&token));
+    let mut events = tp.events();
+    let agent = support::Agent::spawn(&dir.args(NODE));
+    agent.wait_for_log("the API server accepts it").await;
+    testplane::wait_for(&mut events, support::WAIT, |e| {
+        matches!(e, testplane::Event::LeaseRenewed { name, .. } | testplane::Event::LeaseCreated { name, .. } if name == NODE)
+            .then_some(())
+    })
+    .await
+    .expect("bootlet writes the Lease with it");
+    let (status, _) = agent.terminate().await;
+    assert!(status.success());
+
+    let before = tp.requests().len();
+    let run = doctor_json(&flags(&dir)).await;
+    let ctx = format!("{:#}", run.json);
+    assert_eq!(run.code, Some(0), "{ctx}");
+    assert_eq!(run.root(), None, "{ctx}");
+    // The Node is not registered (no kubelet here): a warning, nothing else.
+    assert_eq!(run.statuses(), "PPPPPPPPPWP", "{ctx}");
+    let cert = run.summary("client-certificate");
+    assert!(
+        cert.contains("issued by \"CN=kubelet-client-ca\" (not the kubeconfig's CA) and accepted by the API server: a SelfSubjectReview with it answers system:node:node-1 in system:nodes"),
+        "{ctx}"
+    );
+    assert!(
+        run.summary("authentication")
+            .starts_with("the client certificate system:node:node-1"),
+        "doctor tests the certificate the daemon uses: {ctx}"
+    );
+    // The proof first, then authentication's reviews: the certificate's, and the token's
+    // (only ever a warning while the certificate is valid). Nothing else with the token.
+    let asked = &tp.requests()[before..];
+    let reviews: Vec<&str> = asked
+        .iter()
+        .filter(|r| r.path == "/apis/authentication.k8s.io/v1/selfsubjectreviews")
+        .map(|r| r.user.as_str())
+        .collect();
+    let token_user = format!("system:bootstrap:{}", token_id(&token));
+    assert_eq!(reviews.len(), 3, "{reviews:?}");
+    assert_eq!(
+        reviews[0], "system:node:node-1",
+        "the proof first: {reviews:?}"
+    );
+    assert_eq!(
+        reviews.iter().filter(|u| **u == token_user).count(),
+        1,
+        "{reviews:?}"
+    );
+    assert!(
+        asked
+            .iter()
+            .filter(|r| r.user == token_user)
+            .all(|r| r.path.ends_with("/selfsubjectreviews")),
+        "{ctx}"
+    );
     tp.shutdown().await;
 }
 

@@ -186,23 +186,35 @@ fn ca_trust(obs: &Observations) -> Outcome {
     match &obs.net.tls {
         Some(Err(TlsFailure::UnknownCa {
             kubeconfig_pins,
+            kubeconfig_cas,
             server_ca_pins,
             server_issuer,
+            server_issuer_key_id,
         })) => {
             // What this endpoint presents is unverified (it may be an impostor, or another
             // cluster): shown to compare, never offered as the pin to trust. The cluster's own
             // pin comes from the control plane, in the join command kubeadm prints there.
+            // Names alone do not tell two kubeadm CAs apart (both `CN=kubernetes`): key ids do.
+            let signer = match server_issuer_key_id {
+                Some(id) => format!("{server_issuer}, key id {id}"),
+                None => server_issuer.clone(),
+            };
             let theirs = if server_ca_pins.is_empty() {
-                format!("a certificate issued by {server_issuer} (the server sent no CA certificate)")
+                format!("a certificate issued by {signer} (the server sent no CA certificate)")
             } else {
                 format!(
                     "CA {} (information only: an unverified endpoint's CA, not a pin to trust)",
                     server_ca_pins.join(", ")
                 )
             };
+            let ours = if kubeconfig_cas.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", kubeconfig_cas.join("; "))
+            };
             Outcome::fail(
                 format!(
-                    "x509: certificate signed by unknown authority: the server presents {theirs}, but {file} trusts CA {}",
+                    "x509: certificate signed by unknown authority: the server presents {theirs}, but {file} trusts CA {}{ours}",
                     kubeconfig_pins.join(", ")
                 ),
                 format!("{NEW_TOKEN}  # on a control-plane node: join again with the command it prints (its --discovery-token-ca-cert-hash is the cluster CA's pin) to rewrite {file}"),

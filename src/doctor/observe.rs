@@ -1,7 +1,7 @@
 //! doctor's IO shell: everything it looks at, gathered once — settings, both kubeconfigs,
-//! the cert dir, TCP, TLS and one HTTP round trip to the server, its `Date`,
-//! SelfSubjectReview/AccessReview, our CSR, the Node and the Lease. Each step has its own
-//! timeout; it judges nothing (checks.rs does).
+//! the cert dir, TCP, TLS and one HTTP round trip to the server, the daemon's proof of a
+//! certificate from another CA, its `Date`, SelfSubjectReview/AccessReview, our CSR, the
+//! Node and the Lease. Each step has its own timeout; it judges nothing (checks.rs does).
 
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
@@ -19,9 +19,11 @@ use crate::api::kubeconfig::{self, ClusterAccess, Credential, KubeconfigError};
 use crate::api::{self, ApiClient, ClientOptions};
 use crate::cli::Flags;
 use crate::config::{ConfigError, Settings};
-use crate::identity::bootstrap::{check_installed, InstalledError};
+use crate::identity::bootstrap::{check_installed_offline, InstalledError};
+use crate::identity::issue::proof::{self, Patience};
 use crate::pki::files::CertDir;
-use crate::pki::{self, CertInfo};
+use crate::pki::verify::Anchor;
+use crate::pki::{self, CertInfo, CertProfile};
 use crate::runtime::report;
 
 mod csr;
@@ -66,12 +68,39 @@ pub enum CertObs {
     Absent,
     /// The file is there but unusable; `detail` names it and says why.
     Unreadable { path: PathBuf, detail: String },
-    /// Checked with the daemon's own `check_installed`; `info` is the leaf when it parses.
+    /// Checked with the daemon's own `check_installed_offline`; `info` is the leaf when it
+    /// parses. A certificate the API server refused to vouch for is
+    /// `Err(InstalledError::Unaccepted)`.
     Checked {
         path: PathBuf,
         info: Option<Box<CertInfo>>,
         verdict: Result<(), InstalledError>,
+        /// `Some` for a certificate that passed every offline check but chains to another CA
+        /// than the kubeconfig's (a kubelet-client signer with its own CA): what the daemon's
+        /// proof said of it.
+        other_ca: Option<OtherCa>,
     },
+}
+
+/// A client certificate from another CA than the kubeconfig's, and the daemon's proof of
+/// it (`identity::issue::proof`: a SelfSubjectReview with it over a fresh connection).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OtherCa {
+    /// The DN of the CA that signed the top of its chain.
+    pub issuer: String,
+    pub proof: Proof,
+}
+
+/// What the API server said when asked to vouch for a certificate from another CA (a
+/// refusal is no `Proof`: the certificate's verdict is `InstalledError::Unaccepted`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Proof {
+    /// Not asked: the network part stopped before it.
+    NotAsked,
+    /// The review answered this node's user and group.
+    Accepted,
+    /// No answer in time (or a 5xx): the daemon uses it all the same at start.
+    Unanswered { reason: String },
 }
 
 /// Which credential doctor uses, as the daemon would.
@@ -145,16 +174,9 @@ pub async fn gather(flags: &Flags) -> Observations {
     let settings = settings.clone();
     local(&settings, &mut obs);
     if let Some(cluster) = obs.cluster.clone() {
-        let credential = credential_for(&settings, &obs);
-        let cert = matches!(obs.using, Using::ClientCert { .. });
-        let bootstrap = match &obs.bootstrap {
-            Some(Ok(b)) if cert && matches!(b.credential, Credential::Token(_)) => Some(b.clone()),
-            _ => None,
-        };
-        let mut net = Net::default();
-        let work = network(&settings, &cluster, credential, cert, bootstrap, &mut net);
-        net.budget_exceeded = timeout(NETWORK_BUDGET, work).await.is_err();
-        obs.net = net;
+        let work = network(&settings, &cluster, &mut obs);
+        let exceeded = timeout(NETWORK_BUDGET, work).await.is_err();
+        obs.net.budget_exceeded = exceeded;
     }
     obs
 }
@@ -181,12 +203,24 @@ fn local(s: &Settings, obs: &mut Observations) {
                 .ok()
                 .and_then(|c| c.into_iter().next().map(|(i, _)| Box::new(i)));
             let ca = own_cluster.as_ref().map(|c| c.ca_pem.clone());
-            let verdict =
-                check_installed(chain, key, &s.node_name, &ca.unwrap_or_default()).map(drop);
+            let checked =
+                check_installed_offline(chain, key, &s.node_name, &ca.unwrap_or_default());
+            let (verdict, other_ca) = match checked {
+                Ok((_, Anchor::ClusterCa)) => (Ok(()), None),
+                Ok((_, Anchor::Other { issuer })) => (
+                    Ok(()),
+                    Some(OtherCa {
+                        issuer,
+                        proof: Proof::NotAsked,
+                    }),
+                ),
+                Err(e) => (Err(e), None),
+            };
             CertObs::Checked {
                 path,
                 info,
                 verdict,
+                other_ca,
             }
         }
     };
@@ -206,18 +240,78 @@ fn local(s: &Settings, obs: &mut Observations) {
         };
         obs.cluster = Some(cluster.clone());
     } else if let Ok(b) = &bootstrap {
-        obs.using = match &b.credential {
-            Credential::Token(t) => Using::BootstrapToken {
-                id: t.id().to_string(),
-                file: b.path.clone(),
-            },
-            _ => Using::BootstrapOther {
-                file: b.path.clone(),
-            },
-        };
-        obs.cluster = Some(b.clone());
+        use_bootstrap(obs, b);
     }
     obs.bootstrap = Some(bootstrap);
+}
+
+/// The bootstrap kubeconfig's credential and cluster, as the daemon falls back to them.
+fn use_bootstrap(obs: &mut Observations, b: &ClusterAccess) {
+    obs.using = match &b.credential {
+        Credential::Token(t) => Using::BootstrapToken {
+            id: t.id().to_string(),
+            file: b.path.clone(),
+        },
+        _ => Using::BootstrapOther {
+            file: b.path.clone(),
+        },
+    };
+    obs.cluster = Some(b.clone());
+}
+
+/// A certificate from another CA, vouched for as the daemon does it at start
+/// (`proof::prove`, one request): accepted or unanswered, it stays the credential (the
+/// daemon uses it either way); refused, it is `Unaccepted` and the bootstrap kubeconfig's
+/// credential is tested instead, as the daemon would bootstrap with it.
+async fn vouch(s: &Settings, cluster: &ClusterAccess, api: &ClientOptions, obs: &mut Observations) {
+    let CertObs::Checked {
+        verdict: verdict @ Ok(()),
+        other_ca: other_ca @ Some(_),
+        ..
+    } = &mut obs.cert
+    else {
+        return;
+    };
+    let Ok(Some((chain_pem, key))) = CertDir::peek(&s.cert_dir).read_current() else {
+        return;
+    };
+    let at = proof::Cluster {
+        server: &cluster.server,
+        ca_pem: &cluster.ca_pem,
+        api,
+    };
+    let profile = CertProfile::client(&s.node_name);
+    let answer = proof::prove(
+        &at,
+        &chain_pem,
+        &key,
+        &profile,
+        Patience::Once(REQUEST_TIMEOUT),
+    )
+    .await;
+    let Some(other) = other_ca.as_mut() else {
+        return;
+    };
+    match answer {
+        Ok(()) => other.proof = Proof::Accepted,
+        Err(e) if e.is_refusal() => {
+            *verdict = Err(InstalledError::Unaccepted {
+                issuer: other.issuer.clone(),
+                source: e,
+            });
+            *other_ca = None;
+            match obs
+                .bootstrap
+                .as_ref()
+                .and_then(|b| b.as_ref().ok())
+                .cloned()
+            {
+                Some(b) => use_bootstrap(obs, &b),
+                None => obs.using = Using::Nothing,
+            }
+        }
+        Err(e) => other.proof = Proof::Unanswered { reason: report(&e) },
+    }
 }
 
 /// The credential for `obs.using` (the installed cert's chain and key, or the bootstrap one).
@@ -233,15 +327,10 @@ fn credential_for(s: &Settings, obs: &Observations) -> Credential {
     }
 }
 
-/// TCP, TLS, then every API observation concurrently, each bounded by its own timeout.
-async fn network(
-    s: &Settings,
-    cluster: &ClusterAccess,
-    credential: Credential,
-    cert: bool,
-    bootstrap: Option<ClusterAccess>,
-    net: &mut Net,
-) {
+/// TCP, TLS, the proof of a certificate from another CA, then every API observation
+/// concurrently, each bounded by its own timeout.
+async fn network(s: &Settings, cluster: &ClusterAccess, obs: &mut Observations) {
+    let net = &mut obs.net;
     let tcp = tls::connect(&cluster.server, CONNECT_TIMEOUT).await;
     let stream = match tcp {
         Ok(stream) => {
@@ -277,8 +366,25 @@ async fn network(
         connect_timeout: CONNECT_TIMEOUT,
         ..ClientOptions::default()
     };
-    let Ok(client) = ApiClient::new(&cluster.server, &cluster.ca_pem, &credential, opts.clone())
-    else {
+    vouch(s, cluster, &opts, obs).await;
+    let credential = credential_for(s, obs);
+    let cert = matches!(obs.using, Using::ClientCert { .. });
+    let bootstrap = match &obs.bootstrap {
+        Some(Ok(b)) if cert && matches!(b.credential, Credential::Token(_)) => Some(b.clone()),
+        _ => None,
+    };
+    // The cluster of the credential tested: the bootstrap kubeconfig's after a refusal.
+    let Some(cluster) = obs.cluster.clone() else {
+        return;
+    };
+    let net = &mut obs.net;
+    // kube-apiserver answers a 401 over HTTP/2 with `Connection: close` and a GOAWAY (its
+    // UnauthenticatedHTTP2DOSMitigation): a request sent on that connection just after it
+    // fails. With a dead token every request is a 401, so the two answers that decide checks
+    // before authentication does — the `Date` for clock-skew and the SelfSubjectReview —
+    // each get a client of their own (a connection pool of their own).
+    let new = || ApiClient::new(&cluster.server, &cluster.ca_pem, &credential, opts.clone());
+    let (Ok(client), Ok(clock), Ok(reviewer)) = (new(), new(), new()) else {
         return;
     };
     let token_client =
@@ -290,12 +396,12 @@ async fn network(
         format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}");
     let (skew, review, token_review, create, approve, csr, node_obj, lease) = tokio::join!(
         async {
-            match client.get::<serde_json::Value>("/version").await {
+            match clock.get::<serde_json::Value>("/version").await {
                 Err(e) if !matches!(e, api::Error::Api { .. }) => Err(e),
-                _ => Ok(client.clock_skew_secs()),
+                _ => Ok(clock.clock_skew_secs()),
             }
         },
-        self_review(&client),
+        self_review(&reviewer),
         async {
             match &token_client {
                 Some(c) => Some(self_review(c).await),

@@ -109,8 +109,9 @@ pub(crate) fn check_installed(
 }
 
 /// [`check_installed`] up to the CA: which one the chain leads to, for the caller to
-/// judge (a certificate from another CA is usable once the API server vouches for it).
-fn check_installed_offline(
+/// judge (a certificate from another CA is usable once the API server vouches for it:
+/// [`proof::prove`], as `reuse` here and `bootlet doctor` ask it).
+pub(crate) fn check_installed_offline(
     chain_pem: String,
     key_pem: PrivateKeyPem,
     node: &str,

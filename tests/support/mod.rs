@@ -2,6 +2,7 @@
 //! child process with its log captured line by line, and waits on events with timeouts.
 #![allow(dead_code)] // each test binary uses a different part of the harness
 
+pub mod doctor;
 pub mod kube;
 
 use std::path::{Path, PathBuf};

@@ -5,7 +5,7 @@ use std::time::SystemTime;
 
 use super::{budget, curl, NEW_TOKEN};
 use crate::config::Settings;
-use crate::doctor::observe::{CertObs, CsrObs, Observations, Using};
+use crate::doctor::observe::{CertObs, CsrObs, Observations, OtherCa, Proof, Using};
 use crate::doctor::Outcome;
 use crate::identity::bootstrap::InstalledError;
 use crate::identity::csr::{self, Verdict};
@@ -139,7 +139,11 @@ pub(super) fn authorization(settings: &Settings, obs: &Observations) -> Outcome 
             Outcome::pass(format!("{who} may create CertificateSigningRequests"))
         }
         Some(Ok(sar)) if cert => Outcome::fail(
-            format!("{who} may not create CertificateSigningRequests, so rotation cannot work ({})", sar.reason),
+            format!(
+                "{who} may not create CertificateSigningRequests, so rotation cannot work{}",
+                // kube-apiserver gives a denial no reason (RBAC explains only an allow).
+                if sar.reason.is_empty() { String::new() } else { format!(" ({})", sar.reason) }
+            ),
             format!("kubectl auth can-i create certificatesigningrequests --as={who} --as-group=system:nodes"),
         ),
         Some(Ok(_)) => {
@@ -251,7 +255,7 @@ pub(super) fn client_certificate(
             path.display()
         )
     };
-    let (path, info, verdict) = match &obs.cert {
+    let (path, info, verdict, other_ca) = match &obs.cert {
         CertObs::Absent => {
             return Outcome::warn(
                 format!(
@@ -266,7 +270,8 @@ pub(super) fn client_certificate(
             path,
             info,
             verdict,
-        } => (path, info, verdict),
+            other_ca,
+        } => (path, info, verdict, other_ca),
     };
     let p = path.display();
     match verdict {
@@ -276,7 +281,14 @@ pub(super) fn client_certificate(
             };
             let life = i.not_after.duration_since(i.not_before).unwrap_or_default();
             let warn_at = i.not_before + life.mul_f64(EXPIRY_WARN_FRACTION);
-            let text = format!("{} (serial {}) valid until {}", i.subject_cn, i.serial, rfc3339(i.not_after));
+            let mut text = format!("{} (serial {}) valid until {}", i.subject_cn, i.serial, rfc3339(i.not_after));
+            if let Some(other) = other_ca {
+                let node = &settings.node_name;
+                match vouched(other, node) {
+                    Ok(accepted) => text.push_str(&accepted),
+                    Err(doubt) => return Outcome::warn(format!("{text}, {doubt}"), Some(curl(obs))),
+                }
+            }
             if !settings.rotate_certificates && now >= warn_at {
                 Outcome::warn(
                     format!("{text}: past 90 % of its lifetime and rotation is off"),
@@ -306,6 +318,21 @@ pub(super) fn client_certificate(
             format!("{p} was issued by {issuer:?}, not by the cluster CA: a certificate left from a previous install"),
             rejoin(path),
         ),
+        Err(InstalledError::Unaccepted { issuer, source }) => Outcome::fail(
+            format!("{p} was issued by {issuer:?}, not by the cluster CA, and the API server does not vouch for it ({}): a certificate left from a previous install", report(source)),
+            rejoin(path),
+        ),
         Err(e) => Outcome::fail(format!("{p}: {}", report(e)), rejoin(path)),
+    }
+}
+
+/// What the proof said of a certificate from another CA than the kubeconfig's: the text to
+/// add to a pass, or the doubt that makes it a warning (the daemon uses it all the same).
+fn vouched(other: &OtherCa, node: &str) -> Result<String, String> {
+    let issuer = &other.issuer;
+    match &other.proof {
+        Proof::Accepted => Ok(format!(", issued by {issuer:?} (not the kubeconfig's CA) and accepted by the API server: a SelfSubjectReview with it answers system:node:{node} in system:nodes")),
+        Proof::Unanswered { reason } => Err(format!("issued by {issuer:?}, not the kubeconfig's CA, and the API server could not be asked whether it accepts it ({reason}); bootlet uses it all the same")),
+        Proof::NotAsked => Err(format!("issued by {issuer:?}, not the kubeconfig's CA; whether the API server accepts it was not asked")),
     }
 }

@@ -13,6 +13,7 @@ use crate::doctor::Outcome;
 use crate::runtime::health::{ago, rfc3339};
 use crate::runtime::report;
 
+const RESTART_KUBELET: &str = "systemctl restart kubelet  # it registers its Node at start";
 const UNINITIALIZED_TAINT: &str = "node.cloudprovider.kubernetes.io/uninitialized";
 const WANTED_LABELS: [&str; 2] = [
     "topology.kubernetes.io/zone",
@@ -42,12 +43,16 @@ pub(super) fn node(settings: &Settings, obs: &Observations) -> Outcome {
     }
     let node = match &obs.net.node {
         Some(Ok(n)) => n,
+        // Not a failure: a node that just joined looks the same until its kubelet starts.
+        // But the kubelet registers its Node only when it starts: one deleted under a running
+        // kubelet stays gone (kube-apiserver v1.37: the kubelet logs "Error updating node
+        // status" and never registers again), so the fix is a restart, not a wait.
         Some(Err(e)) if e.is_not_found() => {
             return Outcome::warn(
                 format!(
-                    "Node {name} is not registered yet: the kubelet registers it once it starts"
+                    "Node {name} is not registered: the kubelet registers its Node only when it starts, so one deleted under a running kubelet stays gone"
                 ),
-                Some("systemctl status kubelet".into()),
+                Some(RESTART_KUBELET.into()),
             )
         }
         Some(Err(e)) => {
@@ -152,6 +157,10 @@ pub(super) fn judge_node(name: &str, node: &Node, machine_id: Option<&str>) -> O
     }
 }
 
+fn node_missing(obs: &Observations) -> bool {
+    matches!(&obs.net.node, Some(Err(e)) if e.is_not_found())
+}
+
 pub(super) fn lease(settings: &Settings, obs: &Observations, now: SystemTime) -> Outcome {
     if let Some(skip) = needs_cert(obs) {
         return skip;
@@ -187,6 +196,12 @@ pub(super) fn lease(settings: &Settings, obs: &Observations, now: SystemTime) ->
         Some(Err(e)) if e.is_forbidden() => Outcome::fail(
             format!("GET Lease kube-node-lease/{name}: {}", report(e)),
             format!("kubectl auth can-i get leases/{name} -n kube-node-lease --as=system:node:{name} --as-group=system:nodes"),
+        ),
+        // The kubelet's lease controller writes no Lease while its Node is missing ("Failed
+        // to prepare lease": it sets the Node as the owner first).
+        Some(Err(e)) if e.is_not_found() && !settings.renew_lease && node_missing(obs) => Outcome::warn(
+            format!("no Lease kube-node-lease/{name}: the kubelet writes it only while its Node exists"),
+            Some(RESTART_KUBELET.into()),
         ),
         Some(Err(e)) if e.is_not_found() => Outcome::warn(
             format!("no Lease kube-node-lease/{name} yet: {writer} creates it"),

@@ -17,7 +17,7 @@ use super::*;
 use crate::api::kubeconfig::{BootstrapToken, ClusterAccess};
 use crate::api::{Error, Identity};
 use crate::cli::Flags;
-use crate::doctor::observe::{CsrObs, Net, Sar};
+use crate::doctor::observe::{CsrObs, Net, OtherCa, Proof, Sar};
 use crate::doctor::{evaluate, Status};
 use crate::pki::CertInfo;
 
@@ -122,6 +122,7 @@ fn joined() -> Observations {
             now() + Duration::from_secs(3600),
         ))),
         verdict: Ok(()),
+        other_ca: None,
     };
     o.net.review = Some(Ok(user("system:node:n1", &["system:nodes"])));
     o.net.node = Some(Ok(ready_node()));
@@ -233,7 +234,7 @@ const ROWS: &[Row] = &[
     ("skew 31s warns", |o| o.net.skew = Some(Ok(31)), CheckId::ClockSkew, Status::Warn, "31s ahead of", "timedatectl"),
     ("skew 300s warns", |o| o.net.skew = Some(Ok(-300)), CheckId::ClockSkew, Status::Warn, "300s behind", "timedatectl"),
     ("skew 301s fails", |o| o.net.skew = Some(Ok(-301)), CheckId::ClockSkew, Status::Fail, "301s behind", "timedatectl set-ntp true"),
-    ("not-yet-valid cert is the clock", |o| o.cert = CertObs::Checked { path: "/p".into(), info: None, verdict: Err(InstalledError::Verify(VerifyError::NotYetValid { not_before: now() + Duration::from_secs(3600) })) }, CheckId::ClockSkew, Status::Fail, "1h0m0s ahead", "timedatectl"),
+    ("not-yet-valid cert is the clock", |o| o.cert = CertObs::Checked { path: "/p".into(), info: None, verdict: Err(InstalledError::Verify(VerifyError::NotYetValid { not_before: now() + Duration::from_secs(3600) })), other_ca: None }, CheckId::ClockSkew, Status::Fail, "1h0m0s ahead", "timedatectl"),
     ("token 401", |o| o.net.review = Some(Err(api(401, "Unauthorized"))), CheckId::Authentication, Status::Fail, "bootstrap token abcdef is expired or deleted (401)", "kubeadm token create --print-join-command"),
     ("wrong identity", |o| o.net.review = Some(Ok(user("kubelet", &["system:nodes"]))), CheckId::Authentication, Status::Fail, "authenticates as \"kubelet\" (groups system:nodes), not system:bootstrap:abcdef", "kubeadm token create"),
     ("SSR unavailable warns", |o| o.net.review = Some(Err(api(404, "not found"))), CheckId::Authentication, Status::Warn, "HTTP 404", ""),
@@ -246,8 +247,8 @@ const ROWS: &[Row] = &[
     ("approved, not issued", |o| o.net.csr = csr_with(&[("Approved", "A", "")], false), CheckId::Csr, Status::Fail, "approved but no certificate", "kube-controller-manager"),
     ("issued", |o| o.net.csr = csr_with(&[("Approved", "A", "")], true), CheckId::Csr, Status::Pass, "approved and issued", ""),
     ("pending key's CSR gone", |o| o.net.csr = Some(Ok(CsrObs::Missing { name: "node-csr-y".into() })), CheckId::Csr, Status::Warn, "node-csr-y", ""),
-    ("wrong CN", |o| o.cert = CertObs::Checked { path: "/p".into(), info: None, verdict: Err(InstalledError::Verify(VerifyError::WrongSubject { expected: "CN=system:node:n1, O=system:nodes".into(), got: "CN=system:node:old, O=system:nodes".into() })) }, CheckId::ClientCertificate, Status::Fail, "--node-name old", "rm /p && systemctl restart bootlet"),
-    ("stale CA", |o| o.cert = CertObs::Checked { path: "/p".into(), info: None, verdict: Err(InstalledError::Verify(VerifyError::UntrustedIssuer { issuer: "CN=old-ca".into() })) }, CheckId::ClientCertificate, Status::Fail, "CN=old-ca", "rm /p"),
+    ("wrong CN", |o| o.cert = CertObs::Checked { path: "/p".into(), info: None, verdict: Err(InstalledError::Verify(VerifyError::WrongSubject { expected: "CN=system:node:n1, O=system:nodes".into(), got: "CN=system:node:old, O=system:nodes".into() })), other_ca: None }, CheckId::ClientCertificate, Status::Fail, "--node-name old", "rm /p && systemctl restart bootlet"),
+    ("stale CA", |o| o.cert = CertObs::Checked { path: "/p".into(), info: None, verdict: Err(InstalledError::Verify(VerifyError::UntrustedIssuer { issuer: "CN=old-ca".into() })), other_ca: None }, CheckId::ClientCertificate, Status::Fail, "CN=old-ca", "rm /p"),
 ];
 
 const JOINED_ROWS: &[Row] = &[
@@ -326,8 +327,22 @@ const JOINED_ROWS: &[Row] = &[
         |o| o.net.node = Some(Err(api(404, "not found"))),
         CheckId::Node,
         Status::Warn,
-        "not registered yet",
-        "systemctl status kubelet",
+        "not registered: the kubelet registers its Node only when it starts",
+        "systemctl restart kubelet",
+    ),
+    (
+        "no Node, so no kubelet Lease either",
+        |o| {
+            if let Some(Ok(s)) = &mut o.settings {
+                s.renew_lease = false;
+            }
+            o.net.node = Some(Err(api(404, "not found")));
+            o.net.lease = Some(Err(api(404, "not found")));
+        },
+        CheckId::Lease,
+        Status::Warn,
+        "the kubelet writes it only while its Node exists",
+        "systemctl restart kubelet",
     ),
     (
         "NotReady fails",
@@ -378,6 +393,30 @@ const JOINED_ROWS: &[Row] = &[
         "kubectl -n kube-node-lease delete lease n1",
     ),
     (
+        "another CA, accepted by the API server",
+        |o| from_other_ca(o, Some(Proof::Accepted)),
+        CheckId::ClientCertificate,
+        Status::Pass,
+        "issued by \"CN=kubelet-client-ca\" (not the kubeconfig's CA) and accepted by the API server: a SelfSubjectReview with it answers system:node:n1 in system:nodes, rotation on",
+        "",
+    ),
+    (
+        "another CA, the API server not answering",
+        |o| from_other_ca(o, Some(Proof::Unanswered { reason: "no answer within 2.5s".into() })),
+        CheckId::ClientCertificate,
+        Status::Warn,
+        "could not be asked whether it accepts it (no answer within 2.5s); bootlet uses it all the same",
+        "curl -sk https://10.0.0.1:6443/healthz",
+    ),
+    (
+        "another CA, refused by the API server",
+        |o| from_other_ca(o, None),
+        CheckId::ClientCertificate,
+        Status::Fail,
+        "issued by \"CN=kubelet-client-ca\", not by the cluster CA, and the API server does not vouch for it (the API server does not accept it: ",
+        "rm /var/lib/kubelet/pki/kubelet-client-current.pem && systemctl restart bootlet",
+    ),
+    (
         "Lease missing warns",
         |o| o.net.lease = Some(Err(api(404, "not found"))),
         CheckId::Lease,
@@ -386,6 +425,28 @@ const JOINED_ROWS: &[Row] = &[
         "systemctl start bootlet",
     ),
 ];
+
+/// The installed certificate chains to another CA than the kubeconfig's: the proof said
+/// `proof`, or (None) refused it with a 401.
+fn from_other_ca(o: &mut Observations, proof: Option<Proof>) {
+    use crate::identity::issue::proof::ProofError;
+    let CertObs::Checked {
+        verdict, other_ca, ..
+    } = &mut o.cert
+    else {
+        panic!("joined() has a certificate")
+    };
+    let issuer = "CN=kubelet-client-ca".to_string();
+    match proof {
+        Some(proof) => *other_ca = Some(OtherCa { issuer, proof }),
+        None => {
+            *verdict = Err(InstalledError::Unaccepted {
+                issuer,
+                source: ProofError::Rejected(api(401, "Unauthorized")),
+            })
+        }
+    }
+}
 
 fn run_rows(base: fn() -> Observations, rows: &[Row]) {
     for (name, change, id, status, summary, fix) in rows {
@@ -428,6 +489,7 @@ fn rotation_off_warns_from_90_percent_of_the_lifetime() {
             path: "/p".into(),
             info: Some(Box::new(cert_info(nb, nb + Duration::from_secs(10_000)))),
             verdict: Ok(()),
+            other_ca: None,
         };
         obs.settings = Some(Ok(settings(false)));
         let o = evaluate(&obs, now())
@@ -468,13 +530,19 @@ fn ca_mismatch_shows_both_pins() {
     let mut obs = joining();
     obs.net.tls = Some(Err(TlsFailure::UnknownCa {
         kubeconfig_pins: vec!["sha256:aa".into()],
+        kubeconfig_cas: vec!["CN=kubernetes, key id AA:01".into()],
         server_ca_pins: vec!["sha256:bb".into()],
         server_issuer: "CN=kubernetes".into(),
+        server_issuer_key_id: Some("BB:02".into()),
     }));
     let o = evaluate(&obs, now()).get(CheckId::CaTrust).clone();
     assert_eq!(o.status, Status::Fail);
     assert!(o.summary.contains("presents CA sha256:bb"), "{o:?}");
-    assert!(o.summary.contains("trusts CA sha256:aa"), "{o:?}");
+    assert!(
+        o.summary
+            .contains("trusts CA sha256:aa (CN=kubernetes, key id AA:01)"),
+        "{o:?}"
+    );
     // What an unverified endpoint presents is information, never the fix: pinning it would
     // trust whoever answered. The fix comes from the control plane.
     let fix = o.remediation.clone().unwrap();
@@ -491,11 +559,18 @@ fn ca_mismatch_without_a_server_ca_never_suggests_a_pin() {
     let mut obs = joining();
     obs.net.tls = Some(Err(TlsFailure::UnknownCa {
         kubeconfig_pins: vec!["sha256:aa".into()],
+        kubeconfig_cas: vec!["CN=kubernetes, key id AA:01".into()],
         server_ca_pins: vec![],
-        server_issuer: "CN=evil".into(),
+        server_issuer: "CN=kubernetes".into(),
+        server_issuer_key_id: Some("BB:02".into()),
     }));
     let o = evaluate(&obs, now()).get(CheckId::CaTrust).clone();
-    assert!(o.summary.contains("issued by CN=evil"), "{o:?}");
+    assert!(
+        o.summary.contains(
+            "issued by CN=kubernetes, key id BB:02 (the server sent no CA certificate), but"
+        ),
+        "{o:?}"
+    );
     let fix = o.remediation.unwrap();
     assert!(!fix.contains("sha256:"), "{fix}");
     assert!(fix.contains("on a control-plane node"), "{fix}");

@@ -17,7 +17,7 @@ use crate::api::kubeconfig::Server;
 use crate::api::proxy::{ProxyEnv, ProxyPolicy};
 use crate::runtime::report;
 use tokio::time::timeout;
-use x509_parser::prelude::{FromDer as _, X509Certificate};
+use x509_parser::prelude::{FromDer as _, ParsedExtension, X509Certificate};
 
 use crate::api::tls;
 
@@ -32,9 +32,16 @@ pub enum TlsFailure {
     /// by unknown authority"). Pins are kubeadm's `sha256:<hex SPKI digest>`.
     UnknownCa {
         kubeconfig_pins: Vec<String>,
-        /// Pins of the CA certificates the server sent with its own, if any.
+        /// Each kubeconfig CA's subject and key id (`CN=kubernetes, key id 49:07:…`): two
+        /// kubeadm clusters' CAs have the same name, never the same key.
+        kubeconfig_cas: Vec<String>,
+        /// Pins of the CA certificates the server sent with its own, if any (kube-apiserver
+        /// sends none: its `--tls-cert-file` holds the serving certificate alone).
         server_ca_pins: Vec<String>,
         server_issuer: String,
+        /// The key id of the CA that signed the server's certificate (its Authority Key
+        /// Identifier), as `openssl x509 -ext subjectKeyIdentifier` prints a CA's.
+        server_issuer_key_id: Option<String>,
     },
     /// Trusted CA, but the certificate is wrong for this server (name, validity...).
     BadCertificate { detail: String },
@@ -115,8 +122,10 @@ pub async fn handshake(
         Some(CertificateError::UnknownIssuer | CertificateError::BadSignature) => {
             TlsFailure::UnknownCa {
                 kubeconfig_pins: anchors.iter().filter_map(|d| spki_pin(d)).collect(),
+                kubeconfig_cas: anchors.iter().filter_map(|d| named(d)).collect(),
                 server_ca_pins: chain.iter().skip(1).filter_map(|d| spki_pin(d)).collect(),
                 server_issuer: chain.first().map(|d| issuer(d)).unwrap_or_default(),
+                server_issuer_key_id: chain.first().and_then(|d| authority_key_id(d)),
             }
         }
         Some(other) => TlsFailure::BadCertificate {
@@ -137,6 +146,44 @@ pub fn spki_pin(der: &[u8]) -> Option<String> {
             .map(|b| format!("{b:02x}"))
             .collect::<String>()
     ))
+}
+
+/// `openssl`'s spelling of a key identifier: upper-case hex pairs joined by ':'.
+fn key_id(bytes: &[u8]) -> String {
+    bytes
+        .iter()
+        .map(|b| format!("{b:02X}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// A CA certificate's subject, and its key id when it has one.
+fn named(der: &[u8]) -> Option<String> {
+    let (_, cert) = X509Certificate::from_der(der).ok()?;
+    let subject = cert.subject().to_string();
+    let id = cert
+        .extensions()
+        .iter()
+        .find_map(|e| match e.parsed_extension() {
+            ParsedExtension::SubjectKeyIdentifier(k) => Some(key_id(k.0)),
+            _ => None,
+        });
+    Some(match id {
+        Some(id) => format!("{subject}, key id {id}"),
+        None => subject,
+    })
+}
+
+fn authority_key_id(der: &[u8]) -> Option<String> {
+    let (_, cert) = X509Certificate::from_der(der).ok()?;
+    cert.extensions()
+        .iter()
+        .find_map(|e| match e.parsed_extension() {
+            ParsedExtension::AuthorityKeyIdentifier(a) => {
+                a.key_identifier.as_ref().map(|k| key_id(k.0))
+            }
+            _ => None,
+        })
 }
 
 fn issuer(der: &[u8]) -> String {
