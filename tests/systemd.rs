@@ -30,6 +30,14 @@ fn systemd_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("systemd")
 }
 
+/// Where the Kubernetes components' binary is (bound read-only into the containers).
+fn kube_dir() -> PathBuf {
+    let out = testplane::kube::build::output();
+    let dir = out.parent().expect("output has a parent").to_path_buf();
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 /// Runs a command with a time bound; (success, stdout + stderr).
 async fn run(program: &str, args: &[&str]) -> (bool, String) {
     let out = tokio::time::timeout(
@@ -145,11 +153,14 @@ impl Container {
         std::fs::create_dir_all(&root).unwrap();
         let s = share.display();
         let script = format!(
-            "{enter} exec unshare -m --propagation private sh -c 'mount --bind / {root} && exec systemd-nspawn --quiet --register=no --keep-unit --volatile=overlay --console=pipe -D {root} -M {name} --bind-ro={repo}:{repo} --bind={s}:{s} --bind-ro={s}/bootlet.service.d:/etc/systemd/system/bootlet.service.d -b -- --unit=basic.target'",
+            "{enter} exec unshare -m --propagation private sh -c 'mount --bind / {root} && exec systemd-nspawn --quiet --register=no --keep-unit --volatile=overlay --console=pipe -D {root} -M {name} --bind-ro={repo}:{repo} --bind-ro={kube}:{kube} --bind={s}:{s} --bind-ro={s}/bootlet.service.d:/etc/systemd/system/bootlet.service.d -b -- --unit=basic.target'",
             root = root.display(),
             // nspawn mounts a fresh tmpfs on /tmp: a checkout under /tmp (as CI's may be)
             // is only visible inside through an explicit bind.
             repo = env!("CARGO_MANIFEST_DIR"),
+            // The real kubectl (the Kubernetes components' multi-call binary), wherever
+            // CARGO_TARGET_DIR puts it.
+            kube = kube_dir().display(),
         );
         let log = std::fs::File::create(share.join("nspawn.log")).unwrap();
         let nspawn = Command::new("sh")
@@ -762,17 +773,21 @@ echo "probe: done"
 "#,
     )
     .unwrap();
+    // The unit runs the probe from the container's own /usr/local (a volatile overlay): the
+    // share lives wherever the checkout does, and under /tmp or /home the unit's
+    // PrivateTmp= and ProtectHome= would hide it from the sandbox being probed.
+    const PROBE: &str = "/usr/local/lib/bootlet-probe.sh";
     std::fs::write(
         s.join("bootlet.service.d/70-probe.conf"),
-        format!(
-            "[Service]\nType=oneshot\nExecStart=\nExecStart=/bin/sh {}\n",
-            probe.display()
-        ),
+        format!("[Service]\nType=oneshot\nExecStart=\nExecStart=/bin/sh {PROBE}\n"),
     )
     .unwrap();
     let container = Container::boot(&name, s).await;
     let c = &container;
     install(c, s).await;
+    let copy = format!("install -D -m 0755 {} {PROBE}", probe.display());
+    let (ok, out) = c.exec(&["sh", "-c", &copy]).await;
+    assert!(ok, "copying the probe: {out}");
     // A control-plane node's files; no manifests/ yet (the unit must make it, read-only).
     let seed = "mkdir -p /etc/kubernetes/pki/etcd && rm -rf /etc/kubernetes/manifests \
         && for f in pki/ca.key pki/etcd/ca.key admin.conf super-admin.conf pki/ca.crt; do \

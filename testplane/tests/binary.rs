@@ -68,20 +68,22 @@ fn serve_writes_state_and_stops_on_sigterm() {
         .mode();
     assert_eq!(mode & 0o777, 0o600);
 
-    if std::path::Path::new("/usr/bin/kubectl").exists() {
-        let out = Command::new("kubectl")
-            .env("HOME", dir.path())
-            .arg("--kubeconfig")
-            .arg(dir.path().join("bootstrap-kubelet.conf"))
-            .args(["get", "--raw", "/version"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    // The real kubectl (built from the pinned release, as for the real-cluster tests)
+    // authenticates with the bootstrap kubeconfig as written.
+    let kube = testplane::kube::build::binary().expect("the Kubernetes components");
+    let out = Command::new(kube)
+        .env("HOME", dir.path())
+        .arg("kubectl")
+        .arg("--kubeconfig")
+        .arg(dir.path().join("bootstrap-kubelet.conf"))
+        .args(["get", "--raw", "/version"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let ca = std::fs::read(dir.path().join("ca.crt")).unwrap();
     assert!(stop(&mut child).success());
 

@@ -1,7 +1,8 @@
 //! The `kubernetes.io/kubelet-serving` signer: never auto-approved by csrapproving, issued
 //! after approval with the requested SANs and serverAuth (checked by x509-parser and openssl),
 //! each of upstream's validation rules, the requester rules (NodeRestriction 403, the strict
-//! signer, the kubelet-csr-approver model), and real kubectl listing and approving them.
+//! signer, the kubelet-csr-approver model), and approving them (the real `kubectl
+//! certificate approve` is proven on Kubernetes itself, in tests/kube_join.rs).
 
 mod support;
 
@@ -382,62 +383,5 @@ async fn serving_approver_mode_approves_the_node_and_denies_others() {
     assert_eq!(node_api(&tp, "n1").post(CSRS, &body).await.0, 201);
     barrier(&tp, "b1", issued).await;
     assert_eq!(conditions(&tp, "later"), []);
-    tp.shutdown().await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubectl_lists_and_approves_serving_csrs() {
-    if which("kubectl").is_none() {
-        eprintln!("kubectl not on PATH; skipping");
-        return;
-    }
-    let tp = TestPlane::builder().start().await.unwrap();
-    let home = tempfile::tempdir().unwrap();
-    let h = home.path();
-    tp.write_state(h).unwrap();
-    let mut ev = tp.events();
-    let body = serving_body("csr-serving-k1", &good_csr("k1"), SERVING_USAGES, None);
-    assert_eq!(node_api(&tp, "k1").post(CSRS, &body).await.0, 201);
-    barrier(&tp, "b1", issued).await;
-
-    let (ok, out) = kubectl(h, "admin.conf", &["get", "csr"]).await;
-    assert!(ok, "{out}");
-    let line = out
-        .lines()
-        .find(|l| l.starts_with("csr-serving-k1"))
-        .unwrap_or_else(|| panic!("no serving row in\n{out}"));
-    let cols: Vec<&str> = line.split_whitespace().collect();
-    assert_eq!(
-        cols[2..],
-        [
-            KUBELET_SERVING_SIGNER,
-            "system:node:k1",
-            "<none>",
-            "Pending"
-        ],
-        "{out}"
-    );
-
-    let (ok, out) = kubectl(
-        h,
-        "admin.conf",
-        &["certificate", "approve", "csr-serving-k1"],
-    )
-    .await;
-    assert!(ok, "{out}");
-    wait(&mut ev, "serving issued", |e| {
-        issued(e, "csr-serving-k1").then_some(())
-    })
-    .await;
-    let (_, out) = kubectl(h, "admin.conf", &["get", "csr", "csr-serving-k1"]).await;
-    let line = out
-        .lines()
-        .find(|l| l.starts_with("csr-serving-k1"))
-        .unwrap();
-    assert!(line.ends_with("Approved,Issued"), "{out}");
-    assert_eq!(
-        conditions(&tp, "csr-serving-k1"),
-        [("Approved".into(), "KubectlApprove".into())]
-    );
     tp.shutdown().await;
 }

@@ -230,14 +230,19 @@ pub async fn wait_event<T>(
     .expect("timed out waiting for a testplane event")
 }
 
-/// Run a real command (kubectl, openssl) and return (success, stdout+stderr).
+/// Run a real command (kubectl, openssl) and return (success, stdout+stderr). `kubectl` is
+/// the one built from the pinned Kubernetes release (`testplane::kube::build`).
 pub async fn run(program: &str, args: &[&str]) -> (bool, String) {
-    let out = Command::new(program)
+    let program = match program {
+        "kubectl" => testplane::kube::build::kubectl().expect("the Kubernetes components"),
+        other => std::path::PathBuf::from(other),
+    };
+    let out = Command::new(&program)
         .args(args)
         .env("HOME", std::env::temp_dir())
         .output()
         .await
-        .unwrap_or_else(|e| panic!("{program}: {e}"));
+        .unwrap_or_else(|e| panic!("{}: {e}", program.display()));
     let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
     text.push_str(&String::from_utf8_lossy(&out.stderr));
     (out.status.success(), text)

@@ -8,7 +8,6 @@ mod proto;
 mod resources;
 mod route;
 mod status;
-mod table;
 mod watch;
 
 use std::collections::HashMap;
@@ -19,7 +18,7 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use http_body_util::{combinators::BoxBody, BodyExt};
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, DATE};
+use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, DATE};
 use hyper::{Method, Request, Response};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::StatusDetails;
 
@@ -44,7 +43,6 @@ pub struct Ctx {
     pub method: Method,
     pub path: String,
     pub query: HashMap<String, String>,
-    pub accept: String,
     pub content_type: String,
     pub body: Bytes,
 }
@@ -52,10 +50,6 @@ pub struct Ctx {
 impl Ctx {
     pub fn q(&self, k: &str) -> Option<&str> {
         self.query.get(k).map(String::as_str)
-    }
-
-    pub fn wants_table(&self) -> bool {
-        self.accept.contains("as=Table")
     }
 }
 
@@ -81,7 +75,6 @@ pub async fn handle(
             .map(str::to_string)
     };
     let authz = header(AUTHORIZATION);
-    let accept = header(ACCEPT).unwrap_or_default();
     let content_type = header(CONTENT_TYPE).unwrap_or_default();
     let body = req
         .into_body()
@@ -115,7 +108,6 @@ pub async fn handle(
                 method: method.clone(),
                 path: path.clone(),
                 query,
-                accept,
                 content_type,
                 body,
             };

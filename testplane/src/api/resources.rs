@@ -6,10 +6,10 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, ObjectMeta, Status, StatusDetails};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, Status, StatusDetails};
 use serde_json::Value;
 
-use super::{csr, json, table, unknown, watch, ApiError, Ctx, Resp};
+use super::{csr, json, unknown, watch, ApiError, Ctx, Resp};
 use crate::store::{meta_mut, meta_str, Kind};
 use crate::Event;
 
@@ -130,9 +130,6 @@ fn get(ctx: &Ctx, kind: Kind, ns: &str, name: &str) -> Result<Resp, ApiError> {
             ));
         }
     }
-    if ctx.wants_table() {
-        return Ok(json(200, &table::table(kind, vec![obj], None)));
-    }
     Ok(json(200, &obj))
 }
 
@@ -167,9 +164,6 @@ fn list(ctx: &Ctx, kind: Kind, ns: &str) -> Result<Resp, ApiError> {
     let filter = field_filter(ctx)?;
     let (items, rv) = ctx.shared.store.list(kind, (!ns.is_empty()).then_some(ns));
     let items: Vec<Value> = items.into_iter().filter(|o| matches(o, &filter)).collect();
-    if ctx.wants_table() {
-        return Ok(json(200, &table::table(kind, items, Some(rv))));
-    }
     let list = by_kind!(kind, T => crate::to_value(&k8s_openapi::List::<T> {
         items: items.into_iter().filter_map(|v| serde_json::from_value(v).ok()).collect(),
         metadata: ListMeta { resource_version: Some(rv.to_string()), ..Default::default() },
@@ -423,11 +417,6 @@ fn delete(ctx: &Ctx, kind: Kind, ns: &str, name: &str) -> Result<Resp, ApiError>
         ..Default::default()
     };
     Ok(json(200, &st))
-}
-
-/// ObjectMeta of a stored object (for tables).
-pub fn object_meta(v: &Value) -> ObjectMeta {
-    serde_json::from_value(v["metadata"].clone()).unwrap_or_default()
 }
 
 fn node_forbidden(ctx: &Ctx, kind: Kind, verb: &str, name: &str, why: &str) -> ApiError {

@@ -59,15 +59,9 @@ pub fn serve(ctx: &Ctx, kind: Kind, ns: &str, name: &str) -> Result<Resp, ApiErr
         Ok((backlog, live)) => {
             let shared = ctx.shared.clone();
             let conn = ctx.conn;
-            let table = ctx.wants_table();
             let ns = (!ns.is_empty()).then(|| ns.to_string());
             tokio::spawn(async move {
-                let scope = Scope {
-                    kind,
-                    ns,
-                    filter,
-                    table,
-                };
+                let scope = Scope { kind, ns, filter };
                 let dropped = pump(tx, backlog, live, scope, timeout, drop_after).await;
                 if dropped {
                     shared.emit(Event::WatchDropped { conn });
@@ -91,7 +85,6 @@ struct Scope {
     kind: Kind,
     ns: Option<String>,
     filter: Vec<(String, String)>,
-    table: bool,
 }
 
 /// Send backlog then live events until timeout, client gone, or the drop budget is spent
@@ -104,12 +97,7 @@ async fn pump(
     timeout: Duration,
     drop_after: Option<usize>,
 ) -> bool {
-    let Scope {
-        kind,
-        ns,
-        filter,
-        table,
-    } = scope;
+    let Scope { kind, ns, filter } = scope;
     let mut last_rv = 0;
     let mut sent = 0usize;
     let deadline = tokio::time::sleep(timeout);
@@ -141,17 +129,7 @@ async fn pump(
         if !matches(&ev.object, &filter) {
             continue;
         }
-        let object = if table {
-            // kubectl get -w asks for Tables: one row per event, headers only in the first.
-            let mut t = super::table::table(kind, vec![ev.object], None);
-            if sent > 0 {
-                t["columnDefinitions"] = serde_json::json!([]);
-            }
-            t
-        } else {
-            ev.object
-        };
-        if tx.send(line(ev.ty.as_str(), &object)).await.is_err() {
+        if tx.send(line(ev.ty.as_str(), &ev.object)).await.is_err() {
             return false;
         }
         sent += 1;

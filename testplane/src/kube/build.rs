@@ -115,6 +115,25 @@ pub fn binary() -> Result<PathBuf, KubeError> {
     Ok(out)
 }
 
+/// The real kubectl of the pinned release as a program of its own: `kubectl` beside the
+/// binary, a symbolic link to it (the binary picks the component by the name it was run
+/// as), for callers that take one program path (the bench's shell baseline, tests).
+pub fn kubectl() -> Result<PathBuf, KubeError> {
+    let kube = binary()?;
+    let link = kube.with_file_name("kubectl");
+    if std::fs::read_link(&link).ok().as_deref() != Some(Path::new("kube")) {
+        let tmp = kube.with_file_name(".kubectl.link");
+        let _ = std::fs::remove_file(&tmp);
+        let io = |source| KubeError::Io {
+            path: link.display().to_string(),
+            source,
+        };
+        std::os::unix::fs::symlink("kube", &tmp).map_err(io)?;
+        std::fs::rename(&tmp, &link).map_err(io)?;
+    }
+    Ok(link)
+}
+
 /// The binary exists and is newer than every source file of the module.
 fn fresh(out: &Path) -> Result<bool, KubeError> {
     let Ok(built) = std::fs::metadata(out).and_then(|m| m.modified()) else {

@@ -2,7 +2,6 @@
 //! identity, node keys and CSRs, and bounded event waits.
 #![allow(dead_code)]
 
-use std::path::Path;
 use std::time::Duration;
 
 use base64::Engine;
@@ -220,38 +219,4 @@ pub async fn join(tp: &TestPlane, node: &str) -> (String, String) {
         .unwrap()
         .0;
     (String::from_utf8(cert).unwrap(), key.serialize_pem())
-}
-
-/// Run the real kubectl with `HOME=home` and `--kubeconfig home/conf`: (success, stdout+stderr).
-pub async fn kubectl(home: &Path, conf: &str, args: &[&str]) -> (bool, String) {
-    let (home, conf) = (home.to_path_buf(), home.join(conf));
-    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    let out = tokio::task::spawn_blocking(move || {
-        std::process::Command::new("kubectl")
-            .env("HOME", &home)
-            .env_remove("KUBECONFIG")
-            .current_dir(&home)
-            .arg("--kubeconfig")
-            .arg(conf)
-            .args(args)
-            .output()
-            .expect("kubectl runs")
-    })
-    .await
-    .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), text)
-}
-
-/// The path of `bin` on PATH, if any.
-pub fn which(bin: &str) -> Option<std::path::PathBuf> {
-    std::env::var_os("PATH")?
-        .to_str()?
-        .split(':')
-        .map(|d| Path::new(d).join(bin))
-        .find(|p| p.exists())
 }

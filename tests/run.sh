@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# The README's test command: one command that passes on a fresh machine from any checkout
+# location. It installs what the suite needs and the machine lacks (as root, from the
+# distribution's packages and crates.io), builds the real Kubernetes components once
+# (testplane/kube: cached in GOCACHE/GOMODCACHE and target/kube, seconds when warm), then
+# runs the whole suite: every unit and integration test of the workspace, the real-cluster
+# binaries (tests/kube_*.rs) beside the rest, since they spend their time waiting for
+# certificates to age while the others keep the cores busy.
+#   bash tests/run.sh                  # everything (~9 minutes on 2 cores, warm caches)
+#   bash tests/run.sh --serial         # one test binary at a time, as plain cargo test does
+#   bash tests/run.sh --install-only   # only install what is missing (.ci/run does this first)
+# Exit status: 0 when every test passed; otherwise the first failing part's status.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+serial=false
+install_only=false
+for arg in "$@"; do
+  case $arg in
+    --serial) serial=true ;;
+    --install-only) install_only=true ;;
+    *) echo "tests/run.sh: unknown argument $arg (--serial, --install-only)" >&2; exit 2 ;;
+  esac
+done
+
+have() { command -v "$1" >/dev/null 2>&1; }
+apt_updated=false
+apt_install() {
+  if [ "$(id -u)" != 0 ]; then
+    echo "tests/run.sh: $* missing; run as root (the systemd tests need root anyway)" >&2
+    return 1
+  fi
+  if ! $apt_updated; then apt-get update -qq || true; apt_updated=true; fi
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
+}
+
+# What the tests drive for real: openssl (chains, subjects), ss (tests/lease.rs reads the
+# Lease connection's TCP keepalive timer), systemd-nspawn and systemd-analyze (the systemd
+# tests boot containers), python3 (the kubelet stand-in's /healthz in them), promtool
+# (tests/alert_rules.rs: Debian ships it in prometheus), the Debian package tools
+# (tests/systemd/package.rs builds and installs the .deb: cargo-deb, pinned to the version
+# its maintainer scripts were checked with; dpkg-shlibdeps; strip; man for its man page).
+# kubectl is not among them: the tests use the one built from the pinned release.
+have openssl || apt_install openssl
+have ss || apt_install iproute2
+have systemd-analyze || apt_install systemd
+have systemd-nspawn || apt_install systemd-container
+have python3 || apt_install python3
+have promtool || apt_install --no-install-recommends prometheus
+have dpkg-shlibdeps || apt_install dpkg-dev
+have strip || apt_install binutils
+have lintian || apt_install --no-install-recommends lintian
+have man || apt_install man-db
+have cargo-deb || cargo install --locked cargo-deb --version 3.8.0
+# Go builds the real Kubernetes components. A Go older than testplane/kube/go.mod's `go`
+# line (1.21 or newer) fetches the toolchain that line names through the module proxy
+# (GOTOOLCHAIN=auto, Go's default).
+if ! have go && [ -x /usr/local/go/bin/go ]; then export PATH=$PATH:/usr/local/go/bin; fi
+have go || apt_install golang-go
+go version
+$install_only && exit 0
+
+echo "== build (the workspace's tests, then the Kubernetes components)" >&2
+cargo test --workspace --locked --no-run
+# Its own progress on stderr; seconds when target/kube/kube is newer than its sources.
+cargo run --quiet --locked -p bootlet-testplane -- kube-build
+
+if $serial; then
+  exec cargo test --workspace --locked
+fi
+
+# The real-cluster binaries in the background, one after another (each starts a cluster
+# of its own); everything else in the foreground. Their output goes to a log, printed
+# whole at the end so the two never interleave.
+kube_targets=()
+rest_targets=()
+for f in tests/*.rs; do
+  name=$(basename "$f" .rs)
+  case $name in
+    kube_*) kube_targets+=(--test "$name") ;;
+    *) rest_targets+=(--test "$name") ;;
+  esac
+done
+mkdir -p target
+kube_log=target/tests-kube.log
+started=$SECONDS
+cargo test --locked -p bootlet "${kube_targets[@]}" >"$kube_log" 2>&1 &
+kube_pid=$!
+trap 'kill "$kube_pid" 2>/dev/null || true' EXIT
+
+status=0
+cargo test --locked -p bootlet --lib --bins "${rest_targets[@]}" || status=$?
+[ $status = 0 ] && { cargo test --locked -p bootlet --doc || status=$?; }
+[ $status = 0 ] && { cargo test --locked -p bootlet-testplane || status=$?; }
+echo "== the rest done in $((SECONDS - started)) s; waiting for the real-cluster tests" >&2
+
+kube_status=0
+wait "$kube_pid" || kube_status=$?
+trap - EXIT
+echo "== the real-cluster tests (tests/kube_*.rs), done in $((SECONDS - started)) s"
+cat "$kube_log"
+[ $status = 0 ] && status=$kube_status
+exit $status
