@@ -1,9 +1,16 @@
 //! The folder layout is the architecture: every import points down a layer, and no module
-//! imports one that imports it back. Read from the sources (test code excluded), so a new
-//! `use crate::…` that breaks the layering fails here, not in a review.
+//! imports one that imports it back, at any depth: between the top-level modules, and
+//! between the files (and subfolders) of one folder, in bootlet and in the testplane. Read
+//! from the sources (test code excluded), so a new `use crate::…` or `use super::…` that
+//! breaks the layering fails here, not in a review.
+
+#[path = "layers/sources.rs"]
+mod sources;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+
+use sources::ModPath;
 
 /// Each top-level module of `src/` → the top-level modules its non-test code names.
 fn imports() -> BTreeMap<String, BTreeSet<String>> {
@@ -112,4 +119,67 @@ fn every_import_points_down_a_layer() {
         graph["runtime"]
     );
     assert!(graph["pki"].is_empty(), "pki imports {:?}", graph["pki"]);
+}
+
+/// Edges between siblings: for every name a file uses, the two children of the nearest
+/// common folder that the user and the used module sit in (neither inside the other: a
+/// module and its own parent or child are one unit, as `mod` makes them).
+fn sibling_edges(src: &Path) -> BTreeMap<ModPath, BTreeSet<ModPath>> {
+    let files = sources::crate_paths(src);
+    let mut edges: BTreeMap<ModPath, BTreeSet<ModPath>> = BTreeMap::new();
+    for (from, named) in &files {
+        for path in named {
+            // The module the path names: its longest prefix that is a file of the crate.
+            let Some(to) = (0..=path.len())
+                .rev()
+                .map(|n| path[..n].to_vec())
+                .find(|p| files.contains_key(p))
+            else {
+                continue;
+            };
+            let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+            if common < from.len() && common < to.len() {
+                edges
+                    .entry(from[..=common].to_vec())
+                    .or_default()
+                    .insert(to[..=common].to_vec());
+            }
+        }
+    }
+    edges
+}
+
+fn assert_no_sibling_cycle(crate_dir: &str) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(crate_dir)
+        .join("src");
+    let edges: BTreeMap<String, BTreeSet<String>> = sibling_edges(&src)
+        .into_iter()
+        .map(|(k, v)| (k.join("/"), v.into_iter().map(|p| p.join("/")).collect()))
+        .collect();
+    assert!(
+        !edges.is_empty(),
+        "no imports found under {}",
+        src.display()
+    );
+    let cycles: Vec<String> = edges
+        .keys()
+        .filter_map(|start| cycle_from(&edges, start, start, &mut vec![start.clone()]))
+        .map(|cycle| cycle.join(" -> "))
+        .collect();
+    assert!(
+        cycles.is_empty(),
+        "import cycles in {crate_dir}/src:\n{}",
+        cycles.join("\n")
+    );
+}
+
+#[test]
+fn no_file_imports_a_sibling_that_imports_it_back() {
+    assert_no_sibling_cycle(".");
+}
+
+#[test]
+fn no_testplane_file_imports_a_sibling_that_imports_it_back() {
+    assert_no_sibling_cycle("testplane");
 }

@@ -6,66 +6,17 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use crate::api::kubeconfig::{self, KubeconfigError};
-use crate::api::{self, ApiClient, ClientOptions};
-use crate::checkid::CheckId;
+use crate::api::{ApiClient, ClientOptions};
 use crate::config::Settings;
 use crate::identity::client::ClientIdentity;
-pub use crate::identity::client::Credentials;
+pub use crate::identity::client::{BootstrapError, Credentials};
 use crate::identity::issue::proof::{self, Cluster};
-use crate::identity::issue::{api_check, IssueError};
-use crate::pki::files::{CertDir, FilesError};
+use crate::pki::files::CertDir;
 use crate::pki::verify::{self, Anchor, VerifyError};
 use crate::pki::{CertInfo, CertProfile, NodeKey, PkiError, PrivateKeyPem};
 use crate::runtime::health::{self, Health};
 pub use crate::runtime::health::{doctor_hint, State};
 use crate::runtime::report;
-
-/// Why bootstrap could not produce an identity.
-#[derive(Debug, thiserror::Error)]
-pub enum BootstrapError {
-    #[error("no valid client certificate in {cert_dir}, and the bootstrap kubeconfig is unusable")]
-    NoBootstrap {
-        cert_dir: PathBuf,
-        #[source]
-        source: KubeconfigError,
-    },
-    #[error(transparent)]
-    Files(#[from] FilesError),
-    #[error(transparent)]
-    Kubeconfig(#[from] KubeconfigError),
-    #[error(transparent)]
-    Api(#[from] api::Error),
-    #[error(transparent)]
-    Issue(#[from] IssueError),
-}
-
-// === impl BootstrapError ===
-
-impl BootstrapError {
-    /// See [`IssueError::is_refusal`].
-    pub fn is_refusal(&self) -> bool {
-        matches!(self, BootstrapError::Issue(e) if e.is_refusal())
-    }
-
-    /// See [`IssueError::is_approval_timeout`].
-    pub fn is_approval_timeout(&self) -> bool {
-        matches!(self, BootstrapError::Issue(e) if e.is_approval_timeout())
-    }
-
-    /// The doctor check (the contract's ids) this failure belongs to: the back-off log line
-    /// and STATUS= name it, so an operator knows which link of the join chain broke and
-    /// that `bootlet doctor` walks the whole chain.
-    pub fn check(&self) -> CheckId {
-        match self {
-            BootstrapError::NoBootstrap { .. } | BootstrapError::Kubeconfig(_) => {
-                CheckId::BootstrapKubeconfig
-            }
-            BootstrapError::Files(_) => CheckId::Config,
-            BootstrapError::Api(e) => api_check(e),
-            BootstrapError::Issue(e) => e.check(),
-        }
-    }
-}
 
 /// A certificate and key from `kubelet-client-current.pem` that passed `check_installed`.
 pub(crate) struct Installed {
@@ -372,7 +323,9 @@ impl<'a> Bootstrap<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::checkid::CheckId;
     use crate::identity::csr::CsrError;
+    use crate::identity::issue::IssueError;
     use crate::pki::verify::VerifyError;
 
     #[test]

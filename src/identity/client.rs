@@ -2,14 +2,15 @@
 //! to the kubelet kubeconfig, and the `Credentials` (an API client for the installed
 //! certificate) every loop uses. Bootstrap and rotation both obtain certificates here.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::api::kubeconfig::{self, Credential};
-use crate::api::{ApiClient, ClientOptions};
+use crate::api::kubeconfig::{self, Credential, KubeconfigError};
+use crate::api::{self, ApiClient, ClientOptions};
+use crate::checkid::CheckId;
 use crate::config::Settings;
-use crate::identity::bootstrap::BootstrapError;
-use crate::identity::issue::{Issuer, Publish, Request};
-use crate::pki::files::CertDir;
+use crate::identity::issue::{api_check, IssueError, Issuer, Publish, Request};
+use crate::pki::files::{CertDir, FilesError};
 use crate::pki::{CertInfo, CertProfile, PrivateKeyPem};
 use crate::runtime::health::{self, Health, State};
 
@@ -115,5 +116,52 @@ impl ClientIdentity<'_> {
             s.bootstrap = State::Installed;
             s.cert = Some(summary);
         });
+    }
+}
+
+/// Why bootstrap could not produce an identity.
+#[derive(Debug, thiserror::Error)]
+pub enum BootstrapError {
+    #[error("no valid client certificate in {cert_dir}, and the bootstrap kubeconfig is unusable")]
+    NoBootstrap {
+        cert_dir: PathBuf,
+        #[source]
+        source: KubeconfigError,
+    },
+    #[error(transparent)]
+    Files(#[from] FilesError),
+    #[error(transparent)]
+    Kubeconfig(#[from] KubeconfigError),
+    #[error(transparent)]
+    Api(#[from] api::Error),
+    #[error(transparent)]
+    Issue(#[from] IssueError),
+}
+
+// === impl BootstrapError ===
+
+impl BootstrapError {
+    /// See [`IssueError::is_refusal`].
+    pub fn is_refusal(&self) -> bool {
+        matches!(self, BootstrapError::Issue(e) if e.is_refusal())
+    }
+
+    /// See [`IssueError::is_approval_timeout`].
+    pub fn is_approval_timeout(&self) -> bool {
+        matches!(self, BootstrapError::Issue(e) if e.is_approval_timeout())
+    }
+
+    /// The doctor check (the contract's ids) this failure belongs to: the back-off log line
+    /// and STATUS= name it, so an operator knows which link of the join chain broke and
+    /// that `bootlet doctor` walks the whole chain.
+    pub fn check(&self) -> CheckId {
+        match self {
+            BootstrapError::NoBootstrap { .. } | BootstrapError::Kubeconfig(_) => {
+                CheckId::BootstrapKubeconfig
+            }
+            BootstrapError::Files(_) => CheckId::Config,
+            BootstrapError::Api(e) => api_check(e),
+            BootstrapError::Issue(e) => e.check(),
+        }
     }
 }

@@ -9,15 +9,17 @@ use std::time::SystemTime;
 
 use super::{split_pem, CertProfile, NodeKey, PrivateKeyPem};
 
-use atomic::{create_temp, is_temp_name, remove_temps, sync_dir, temp_name, write_error, InFlight};
+use atomic::{create_temp, remove_temps, sync_dir, write_error, InFlight};
 pub use atomic::{sweep_temps_of, sweep_temps_of_in, write_atomic, write_atomic_in};
 pub use crash::CrashPlan;
 pub use fs::{Fs, Kind, Meta, RealFs};
+use names::{is_temp_name, temp_name};
 pub use read::{read_bounded, read_text_bounded, refusal, Refusal};
 
 mod atomic;
 pub mod crash;
 mod fs;
+mod names;
 mod prune;
 mod read;
 #[cfg(test)]

@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::server::Command;
+use crate::types::Command;
 use crate::{Error, Shared};
 
 pub use answers::{Answer, AnswerRule};

@@ -57,6 +57,7 @@ mod signers;
 pub mod stats;
 pub mod store;
 pub mod stub;
+mod types;
 mod wire;
 
 use std::net::SocketAddr;

@@ -18,10 +18,11 @@ use rustls::server::danger::ClientCertVerifier;
 use rustls::server::WebPkiClientVerifier;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
-use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::sync::{mpsc, watch, Notify};
 use tokio_rustls::TlsAcceptor;
 
 use crate::faults::AcceptMode;
+use crate::types::{Command, ConnInfo};
 use crate::{auth, pki, Event, Shared};
 
 /// (server config, the real CA verifier used per request to classify client certs). Client
@@ -68,14 +69,6 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     s.set_reuseaddr(true)?;
     s.bind(addr)?;
     s.listen(1024)
-}
-
-/// Commands to the accept loop.
-pub enum Command {
-    /// Drop the listener and every connection, ack, wait, listen again.
-    Outage(std::time::Duration, oneshot::Sender<()>),
-    /// Drop every open connection (the listener stays), then ack.
-    DropConnections(oneshot::Sender<()>),
 }
 
 pub struct Handle {
@@ -169,13 +162,6 @@ async fn accept_loop(
     }
 }
 
-/// Per-connection facts the handlers need.
-#[derive(Clone)]
-pub struct ConnInfo {
-    pub conn: u64,
-    pub peer: auth::PeerCert,
-}
-
 async fn serve_conn(
     shared: Arc<Shared>,
     acceptor: TlsAcceptor,
@@ -256,7 +242,7 @@ async fn respond(
     info: ConnInfo,
     reset: Arc<Reset>,
     req: hyper::Request<hyper::body::Incoming>,
-) -> Result<crate::api::Resp, std::convert::Infallible> {
+) -> Result<crate::types::Resp, std::convert::Infallible> {
     let method = req.method().as_str().to_string();
     let path = req
         .uri()

@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 use super::fs::{Fs, RealFs};
-use super::{FilesError, CURRENT_FILE};
+use super::names::{is_temp_name, temp_name};
+use super::FilesError;
 
 /// Writes `bytes` to `path` so a reader sees the old content or the new, never a mix:
 /// a temp file in the same directory (O_EXCL, `mode` from creation), write, fsync,
@@ -56,23 +57,6 @@ pub fn write_atomic_in<F: Fs>(
     }
     result?;
     sync_dir(fs, dir)
-}
-
-/// `.NAME.tmp-RANDOM`: the name of every temp file and temp symlink bootlet creates.
-pub(super) fn temp_name(name: &str) -> String {
-    format!(".{name}.tmp-{:016x}", rand::random::<u64>())
-}
-
-/// Whether `name` is one of [`temp_name`]'s (or, from releases before the symlink's temp
-/// name had its dot, `kubelet-client-current.pem.tmp-RANDOM`): a crash leftover when no
-/// write is in flight.
-pub(super) fn is_temp_name(name: &str) -> bool {
-    let Some((stem, random)) = name.rsplit_once(".tmp-") else {
-        return false;
-    };
-    random.len() == 16
-        && random.bytes().all(|b| b.is_ascii_hexdigit())
-        && ((stem.len() > 1 && stem.starts_with('.')) || stem == CURRENT_FILE)
 }
 
 /// The temp files and symlinks this process is writing now. A sweep never removes one:

@@ -8,7 +8,7 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
-use super::atomic::is_temp_name;
+use super::names::is_temp_name;
 
 /// What the hook does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

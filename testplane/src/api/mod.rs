@@ -7,6 +7,7 @@ mod discovery;
 mod proto;
 mod resources;
 mod route;
+mod select;
 mod status;
 mod watch;
 
@@ -16,24 +17,23 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use bytes::Bytes;
-use http_body_util::{combinators::BoxBody, BodyExt};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, DATE};
-use hyper::{Method, Request, Response};
+use hyper::{Method, Request};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::StatusDetails;
 
 use crate::auth::{self, UserInfo};
 use crate::faults::Injected;
 use crate::rbac::{self, Attrs, Decision};
-use crate::server::ConnInfo;
+use crate::types::ConnInfo;
 use crate::{Event, RequestRecord, Shared};
 
 use route::{parse_query, verb_for};
 pub use route::{parse_route, Route};
 pub use status::{json, text, ApiError};
 
-pub type Body = BoxBody<Bytes, Infallible>;
-pub type Resp = Response<Body>;
+pub use crate::types::{Body, Resp};
 
 /// Everything a handler needs about one request.
 pub struct Ctx {

@@ -9,6 +9,7 @@ use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, Status, StatusDetails};
 use serde_json::Value;
 
+use super::select::{field_filter, matches};
 use super::{csr, json, unknown, watch, ApiError, Ctx, Resp};
 use crate::store::{meta_mut, meta_str, Kind};
 use crate::Event;
@@ -131,33 +132,6 @@ fn get(ctx: &Ctx, kind: Kind, ns: &str, name: &str) -> Result<Resp, ApiError> {
         }
     }
     Ok(json(200, &obj))
-}
-
-/// `fieldSelector` support: metadata.name and metadata.namespace equality.
-pub fn field_filter(ctx: &Ctx) -> Result<Vec<(String, String)>, ApiError> {
-    let mut out = vec![];
-    for term in ctx
-        .q("fieldSelector")
-        .unwrap_or("")
-        .split(',')
-        .filter(|s| !s.is_empty())
-    {
-        let (k, v) = term
-            .split_once("==")
-            .or_else(|| term.split_once('='))
-            .ok_or_else(|| ApiError::bad_request(format!("invalid selector: '{term}'")))?;
-        if !matches!(k, "metadata.name" | "metadata.namespace") {
-            return Err(ApiError::bad_request(format!(
-                "field label not supported: {k}"
-            )));
-        }
-        out.push((k.trim_start_matches("metadata.").to_string(), v.to_string()));
-    }
-    Ok(out)
-}
-
-pub fn matches(obj: &Value, filter: &[(String, String)]) -> bool {
-    filter.iter().all(|(k, v)| meta_str(obj, k) == v)
 }
 
 fn list(ctx: &Ctx, kind: Kind, ns: &str) -> Result<Resp, ApiError> {

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::mpsc;
 
-use super::resources::{field_filter, matches};
+use super::select::{field_filter, matches};
 use super::{ApiError, Ctx, Resp};
 use crate::store::{Kind, StoreError, StoreEvent};
 use crate::Event;

@@ -14,7 +14,7 @@ use hyper::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper::Response;
 use serde_json::Value;
 
-use crate::api::{Body, Resp};
+use crate::types::{Body, Resp};
 
 /// An edit applied to every object of an answer.
 pub type Edit = Arc<dyn Fn(&mut Value) + Send + Sync>;
