@@ -190,9 +190,11 @@ async fn persistent_429s_are_not_retried_before_retry_after() {
 
     let periods = (WINDOW.as_secs_f64() / INTERVAL.as_secs_f64()) as usize;
     assert!(window.iter().all(|r| r.status == 429), "{window:?}");
-    // One renewal per slot (the window's edges may cut one off), no retry in between.
+    // At most one renewal per slot (the window's edges may add one), no retry in between;
+    // at least one: a loaded machine may skip a slot (skipped slots are never made up in a
+    // burst: lease::next_slot), and the heartbeat after the 429s is checked below.
     assert!(
-        (periods - 1..=periods + 1).contains(&window.len()),
+        (1..=periods + 1).contains(&window.len()),
         "{} Lease requests in {WINDOW:?} of 429s with Retry-After 2 s: {:?}",
         window.len(),
         window.iter().map(|r| r.at).collect::<Vec<_>>()

@@ -19,7 +19,7 @@ use std::time::Duration;
 use serde_json::Value;
 use support::kube::{
     block_on, bootlet, bootstrap_user, csrs_of, eventually, get_json, hollow, kubectl, kubectl_as,
-    lease, node_dir, node_ready, openssl, REAL_WAIT,
+    lease, node_dir, node_ready, openssl, LeaseWatch, REAL_WAIT,
 };
 use support::path;
 use testplane::kube::Cluster;
@@ -141,24 +141,8 @@ fn rotation_is_approved_as_selfnodeclient_one_csr_per_issuance_and_the_lease_has
         let node = "real-rotate";
         let agent = bootlet(&dir, node, &[]);
         let first = agent.wait_for_log("client certificate installed").await;
-        // Sample the Lease's renewTime every second through the rotation.
-        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-        let samples = seen.clone();
-        let sampler = tokio::spawn(async move {
-            loop {
-                if let Some(l) = lease(c, node).await {
-                    let t = l["spec"]["renewTime"]
-                        .as_str()
-                        .unwrap_or_default()
-                        .to_string();
-                    let mut seen = samples.lock().unwrap();
-                    if seen.last() != Some(&t) {
-                        seen.push(t);
-                    }
-                }
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        });
+        // Every renewal through the rotation, from a watch on the Lease.
+        let watch = LeaseWatch::start(c, node);
         let second = agent
             .wait_for_log_within("client certificate installed", 2, Duration::from_secs(120))
             .await;
@@ -166,13 +150,12 @@ fn rotation_is_approved_as_selfnodeclient_one_csr_per_issuance_and_the_lease_has
         agent.wait_for_log("client certificate rotated").await;
         // Renewals go on for a few intervals with the new certificate.
         tokio::time::sleep(Duration::from_secs(25)).await;
-        sampler.abort();
-        let times: Vec<jiff::Timestamp> = seen
-            .lock()
-            .unwrap()
+        let times: Vec<jiff::Timestamp> = watch
+            .renew_times()
             .iter()
             .map(|t| t.parse().unwrap())
             .collect();
+        drop(watch);
         assert!(times.len() >= 6, "renewals seen: {times:?}");
         let gaps: Vec<f64> = times
             .windows(2)
@@ -186,7 +169,8 @@ fn rotation_is_approved_as_selfnodeclient_one_csr_per_issuance_and_the_lease_has
         let worst = gaps[1..].iter().cloned().fold(0.0, f64::max);
         assert!(
             worst <= 12.0,
-            "a gap of {worst:.1} s in the Lease's renewals across the rotation: {gaps:?}"
+            "a gap of {worst:.1} s in the Lease's renewals across the rotation: {gaps:?}\n{}",
+            agent.log()
         );
 
         let node_user = format!("system:node:{node}");

@@ -66,7 +66,7 @@ cargo test --workspace --locked --no-run
 cargo run --quiet --locked -p bootlet-testplane -- kube-build
 
 if $serial; then
-  exec cargo test --workspace --locked
+  exec cargo test --workspace --locked --no-fail-fast
 fi
 
 # The real-cluster binaries in the background, one after another (each starts a cluster
@@ -84,14 +84,14 @@ done
 mkdir -p target
 kube_log=target/tests-kube.log
 started=$SECONDS
-cargo test --locked -p bootlet "${kube_targets[@]}" >"$kube_log" 2>&1 &
+cargo test --locked --no-fail-fast -p bootlet "${kube_targets[@]}" >"$kube_log" 2>&1 &
 kube_pid=$!
 trap 'kill "$kube_pid" 2>/dev/null || true' EXIT
 
 status=0
-cargo test --locked -p bootlet --lib --bins "${rest_targets[@]}" || status=$?
+cargo test --locked --no-fail-fast -p bootlet --lib --bins "${rest_targets[@]}" || status=$?
 [ $status = 0 ] && { cargo test --locked -p bootlet --doc || status=$?; }
-[ $status = 0 ] && { cargo test --locked -p bootlet-testplane || status=$?; }
+[ $status = 0 ] && { cargo test --locked --no-fail-fast -p bootlet-testplane || status=$?; }
 echo "== the rest done in $((SECONDS - started)) s; waiting for the real-cluster tests" >&2
 
 kube_status=0

@@ -217,6 +217,63 @@ pub async fn lease(c: &Cluster, node: &str) -> Option<Value> {
         .then(|| serde_json::from_slice(&out.stdout).expect("kubectl prints JSON"))
 }
 
+/// Every renewTime the Lease of `node` takes, in order, from a watch (`kubectl get -w`):
+/// no write is missed however loaded the machine is, as a poll could miss one.
+pub struct LeaseWatch {
+    child: std::process::Child,
+    times: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl LeaseWatch {
+    pub fn start(c: &Cluster, node: &str) -> LeaseWatch {
+        let mut child = std::process::Command::new(c.bin())
+            .arg("kubectl")
+            .arg("--kubeconfig")
+            .arg(c.admin_kubeconfig())
+            .args([
+                "get",
+                "lease",
+                "-n",
+                "kube-node-lease",
+                node,
+                "-w",
+                "-o",
+                "json",
+            ])
+            .env("HOME", c.state_dir())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("kubectl get -w");
+        let out = child.stdout.take().unwrap();
+        let times = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = times.clone();
+        std::thread::spawn(move || {
+            for lease in serde_json::Deserializer::from_reader(out).into_iter::<Value>() {
+                let Ok(lease) = lease else { return };
+                let t = lease["spec"]["renewTime"].as_str().unwrap_or_default();
+                let mut seen = seen.lock().unwrap();
+                if !t.is_empty() && seen.last().map(String::as_str) != Some(t) {
+                    seen.push(t.to_string());
+                }
+            }
+        });
+        LeaseWatch { child, times }
+    }
+
+    /// The renewTimes seen so far, oldest first.
+    pub fn renew_times(&self) -> Vec<String> {
+        self.times.lock().unwrap().clone()
+    }
+}
+
+impl Drop for LeaseWatch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Run `openssl ARGS`: (success, stdout + stderr).
 pub async fn openssl(args: &[&str]) -> (bool, String) {
     super::run("openssl", args).await
