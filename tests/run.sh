@@ -72,26 +72,29 @@ fi
 # The real-cluster binaries in the background, one after another (each starts a cluster
 # of its own); everything else in the foreground. Their output goes to a log, printed
 # whole at the end so the two never interleave.
+# Every invocation names the whole workspace, as the build above did: one feature set, so
+# nothing is compiled again (`-p` of one package would unify features differently).
 kube_targets=()
 rest_targets=()
-for f in tests/*.rs; do
+for f in tests/*.rs testplane/tests/*.rs; do
   name=$(basename "$f" .rs)
   case $name in
     kube_*) kube_targets+=(--test "$name") ;;
-    *) rest_targets+=(--test "$name") ;;
+    *) [[ " ${rest_targets[*]} " == *" --test $name "* ]] || rest_targets+=(--test "$name") ;;
   esac
 done
 mkdir -p target
 kube_log=target/tests-kube.log
 started=$SECONDS
-cargo test --locked --no-fail-fast -p bootlet "${kube_targets[@]}" >"$kube_log" 2>&1 &
+# A process group of its own, so an interrupted run stops the test binaries (and, through
+# them, their clusters) too.
+setsid cargo test --workspace --locked --no-fail-fast "${kube_targets[@]}" >"$kube_log" 2>&1 &
 kube_pid=$!
-trap 'kill "$kube_pid" 2>/dev/null || true' EXIT
+trap 'kill -- "-$kube_pid" 2>/dev/null || true' EXIT
 
 status=0
-cargo test --locked --no-fail-fast -p bootlet --lib --bins "${rest_targets[@]}" || status=$?
-[ $status = 0 ] && { cargo test --locked -p bootlet --doc || status=$?; }
-[ $status = 0 ] && { cargo test --locked --no-fail-fast -p bootlet-testplane || status=$?; }
+cargo test --workspace --locked --no-fail-fast --lib --bins "${rest_targets[@]}" || status=$?
+cargo test --workspace --locked --doc || { s=$?; [ $status != 0 ] || status=$s; }
 echo "== the rest done in $((SECONDS - started)) s; waiting for the real-cluster tests" >&2
 
 kube_status=0
