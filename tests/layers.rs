@@ -12,43 +12,19 @@ use std::path::Path;
 
 use sources::ModPath;
 
-/// Each top-level module of `src/` → the top-level modules its non-test code names.
+/// Each top-level module of `src/` → the top-level modules its non-test code names
+/// (`lib.rs` and `main.rs` are `lib`).
 fn imports() -> BTreeMap<String, BTreeSet<String>> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let files = sources::crate_paths(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    let top = |path: &ModPath| path.first().cloned().unwrap_or_else(|| "lib".into());
+    let modules: BTreeSet<String> = files.keys().map(top).collect();
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    let mut stack = vec![root.clone()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-                continue;
-            }
-            let rel = path.strip_prefix(&root).unwrap();
-            let name = rel.to_string_lossy();
-            if !name.ends_with(".rs") || name.ends_with("tests.rs") || name.contains("/tests/") {
-                continue;
-            }
-            let top = rel
-                .components()
-                .next()
-                .unwrap()
-                .as_os_str()
-                .to_string_lossy()
-                .trim_end_matches(".rs")
-                .to_string();
-            let text = std::fs::read_to_string(&path).unwrap();
-            let code = text.split("#[cfg(test)]").next().unwrap_or("");
-            let deps = graph.entry(top.clone()).or_default();
-            for (i, _) in code.match_indices("crate::") {
-                let rest = &code[i + "crate::".len()..];
-                let dep: String = rest
-                    .chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                    .collect();
-                if !dep.is_empty() && dep != top {
-                    deps.insert(dep);
-                }
+    for (module, named) in &files {
+        let from = top(module);
+        let deps = graph.entry(from.clone()).or_default();
+        for dep in named.iter().filter_map(|p| p.first()) {
+            if *dep != from && modules.contains(dep) {
+                deps.insert(dep.clone());
             }
         }
     }
