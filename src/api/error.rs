@@ -42,6 +42,13 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
+    #[error("{method} {path}: response is not the expected protobuf")]
+    DecodeProtobuf {
+        method: Method,
+        path: String,
+        #[source]
+        source: super::protobuf::ProtoError,
+    },
     #[error("{method} {path}: response larger than {limit} bytes")]
     TooLarge {
         method: Method,
@@ -124,9 +131,13 @@ impl Error {
     }
 
     /// The server answered, but not with something usable: a body over the cap, or not the
-    /// JSON the request expects. Asking again for the same object gets the same answer.
+    /// JSON or protobuf the request expects. Asking again for the same object gets the same
+    /// answer.
     pub fn is_unusable_answer(&self) -> bool {
-        matches!(self, Error::TooLarge { .. } | Error::Decode { .. })
+        matches!(
+            self,
+            Error::TooLarge { .. } | Error::Decode { .. } | Error::DecodeProtobuf { .. }
+        )
     }
 
     /// The server's `Retry-After`, if it sent one.

@@ -7,6 +7,7 @@ pub mod conn;
 pub mod dial;
 mod error;
 pub mod kubeconfig;
+pub mod protobuf;
 pub mod proxy;
 pub mod tls;
 pub mod watch;
@@ -338,6 +339,12 @@ impl ApiClient {
     ) -> Error {
         let status = match location.filter(|_| code.is_redirection()) {
             Some(location) => error::redirect_status(code, &location),
+            // An answer to a protobuf request may be a protobuf Status (the magic never
+            // starts JSON); anything else is read as JSON.
+            None if body.starts_with(protobuf::MAGIC) => protobuf::decode_status(body)
+                .ok()
+                .filter(|s| s.code.is_some() || s.reason.is_some() || s.message.is_some())
+                .unwrap_or_else(|| synthetic_status(code, b"")),
             None => serde_json::from_slice::<Status>(body)
                 .ok()
                 .filter(|s| s.code.is_some() || s.reason.is_some() || s.message.is_some())
