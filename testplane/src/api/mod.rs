@@ -4,6 +4,7 @@
 
 mod csr;
 mod discovery;
+mod lease_pb;
 mod proto;
 mod resources;
 mod route;
@@ -83,6 +84,7 @@ pub async fn handle(
     let authz = header(AUTHORIZATION);
     let accept = header(ACCEPT).unwrap_or_default();
     let content_type = header(CONTENT_TYPE).unwrap_or_default();
+    let request_type = content_type.clone();
     let body = req
         .into_body()
         .collect()
@@ -141,6 +143,13 @@ pub async fn handle(
         path: path_q,
         status: resp.status().as_u16(),
         version,
+        content_type: request_type,
+        response_type: resp
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string(),
     };
     tracing::debug!(conn = rec.conn, user = %rec.user, verb = %rec.verb, path = %rec.path, status = rec.status, "request");
     if resp.headers_mut().remove(UNEXPECTED).is_some() {
