@@ -156,8 +156,15 @@ impl LeaseLoop {
         // are its liveness check: each is bounded by [`attempt_budget`], and an exchange
         // that does not complete leaves no connection behind, so the next renewal opens a
         // fresh one at once. Quiet stretches are covered by TCP keepalive in the kernel.
-        let mut conn = Connection::new(&clients.borrow_and_update()).with_lease_wire(r.cfg.wire);
-        METRICS.lease_protobuf(r.cfg.wire == LeaseWire::Protobuf);
+        // JSON once this process has seen the server refuse protobuf, by an earlier loop too.
+        let wire = match health.snapshot().lease.json {
+            true => LeaseWire::Json,
+            false => r.cfg.wire,
+        };
+        let mut conn = Connection::new(&clients.borrow_and_update()).with_lease_wire(wire);
+        METRICS.lease_protobuf(wire == LeaseWire::Protobuf);
+        let mut json = wire == LeaseWire::Json;
+        health.update(|s| s.lease.json = json);
         let phase: f64 = rand::rng().random();
         let mut ticker = Ticker::new();
         loop {
@@ -218,6 +225,11 @@ impl LeaseLoop {
                 }),
             };
             METRICS.lease_renewal(result.is_ok(), started.elapsed());
+            if !json && conn.lease_wire() == LeaseWire::Json {
+                // The connection fell back to JSON (it logged why): for good.
+                json = true;
+                health.update(|s| s.lease.json = true);
+            }
             match result {
                 Ok(()) => {
                     failed_periods = 0;

@@ -151,6 +151,36 @@ async fn a_server_that_refuses_protobuf_gets_one_refused_request_then_json() {
 }
 
 #[tokio::test]
+async fn the_fallback_outlives_a_lease_loop_restarted_by_a_reload() {
+    let tp = plane(HOUR).await;
+    tp.faults().refuse_protobuf(true);
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let config = node.tmp.path().join("bootlet.yaml");
+    std::fs::write(&config, "leaseRenewInterval: 300ms\nleaseDuration: 40s\n").unwrap();
+    let mut a = node.args("reloaded");
+    a.extend(["--config".into(), support::path(&config)]);
+    a.push("--test-short-lease-interval".into());
+    let mut events = tp.events();
+    let agent = Agent::spawn(&a);
+    writes(&mut events, "reloaded", 3).await;
+    // A new cadence restarts the Lease loop; the server still refuses protobuf.
+    std::fs::write(&config, "leaseRenewInterval: 200ms\nleaseDuration: 40s\n").unwrap();
+    support::signal(agent.pid(), "HUP");
+    let line = agent.wait_for_log("configuration reloaded").await;
+    assert!(line.contains("leaseRenewInterval=200ms"), "{line}");
+    writes(&mut events, "reloaded", 3).await;
+    let (status, log) = agent.terminate().await;
+    assert!(status.success(), "{log}");
+    let requests = lease_requests(&tp, "reloaded");
+    assert_eq!(
+        requests.iter().filter(|r| r.status == 415).count(),
+        1,
+        "{requests:#?}"
+    );
+    assert_eq!(log.matches(FALLBACK).count(), 1, "{log}");
+}
+
+#[tokio::test]
 async fn the_json_flag_sends_json() {
     let tp = plane(HOUR).await;
     let node = NodeDir::new(&tp.bootstrap_kubeconfig());
