@@ -103,6 +103,47 @@ async fn protobuf_is_what_goes_on_the_wire_by_default() {
 }
 
 #[tokio::test]
+async fn a_deleted_lease_comes_back_through_protobuf_errors() {
+    // The PUT of a Lease that is gone fails its UID precondition (409, a protobuf Status);
+    // the re-read is a protobuf 404; the create goes as protobuf again.
+    let tp = plane(HOUR).await;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let mut events = tp.events();
+    let agent = Agent::spawn(&args(&node, "gone", "200ms", &[]));
+    writes(&mut events, "gone", 3).await;
+    tp.delete_lease("kube-node-lease", "gone").unwrap();
+    wait_event(&mut events, |e| match e {
+        Event::LeaseCreated { name, .. } if name == "gone" => Some(()),
+        _ => None,
+    })
+    .await;
+    writes(&mut events, "gone", 2).await;
+    let (status, log) = agent.terminate().await;
+    assert!(status.success(), "{log}");
+    let requests = lease_requests(&tp, "gone");
+    let at = requests
+        .iter()
+        .position(|r| r.status == 409)
+        .unwrap_or_else(|| panic!("a 409 after the delete: {requests:#?}"));
+    let seen: Vec<_> = requests[at..at + 3]
+        .iter()
+        .map(|r| (r.method.as_str(), r.status, r.response_type.as_str()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("PUT", 409, PROTOBUF),
+            ("GET", 404, PROTOBUF),
+            ("POST", 201, PROTOBUF)
+        ],
+        "{requests:#?}"
+    );
+    assert_eq!(requests[at + 2].content_type, PROTOBUF);
+    assert!(!log.contains("Lease renewal failed"), "{log}");
+    assert!(!log.contains(FALLBACK), "{log}");
+}
+
+#[tokio::test]
 async fn a_server_that_refuses_protobuf_gets_one_refused_request_then_json() {
     let tp = plane(HOUR).await;
     tp.faults().refuse_protobuf(true);

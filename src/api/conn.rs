@@ -11,6 +11,9 @@
 //! fresh one. Quiet stretches are covered in the kernel by TCP keepalive and
 //! `TCP_USER_TIMEOUT`, as on every client bootlet builds.
 //!
+//! Bodies are JSON here; the Lease's own exchanges (protobuf by default, JSON after a
+//! server refused it) are in `conn/lease.rs`.
+//!
 //! It reaches the server the way the [`ApiClient`] does: through the proxy the policy chose
 //! for it (an HTTP CONNECT tunnel, TLS inside), verifying and naming the server by its
 //! `tls-server-name` when the kubeconfig sets one.
@@ -56,7 +59,7 @@ pub struct Connection {
     tls: TlsConnector,
     target: Result<Target, String>,
     sender: Option<SendRequest<Full<Bytes>>>,
-    /// How the Lease goes on the wire ([`lease`]): protobuf until a server refuses it.
+    /// How the Lease goes on the wire (`conn/lease.rs`): protobuf until a server refuses it.
     lease_wire: LeaseWire,
 }
 
