@@ -168,6 +168,8 @@ async fn lease_loop(url: String, ca: Vec<u8>, cert: String, key: String, p: Pace
         owner_lookup: Duration::from_secs(3600),
         probe: None,
         wedge_after: None,
+        // As shipped: protobuf (the bare PUTs above are JSON).
+        wire: bootlet::api::protobuf::LeaseWire::Protobuf,
     };
     let mut renewals = health.subscribe();
     let run = tokio::spawn(cfg.run(clients, health.clone(), shutdown));

@@ -7,6 +7,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::api::protobuf::LeaseWire;
 use crate::api::{ApiClient, ClientOptions};
 use crate::cli::{self, Command};
 use crate::config::reload::{self, Reload};
@@ -31,6 +32,9 @@ pub struct TestHooks {
     pub wedge_lease_after: Option<std::time::Duration>,
     /// `--test-crash-at`: SIGKILL before the Nth file operation (see `pki::files::crash`).
     pub crash_at: Option<crate::pki::files::CrashPlan>,
+    /// `--test-lease-content-type`: the Lease's wire format at the start (protobuf unless
+    /// set), so tests and the bench can compare JSON with protobuf.
+    pub lease_wire: Option<LeaseWire>,
 }
 
 impl From<&cli::Flags> for TestHooks {
@@ -38,6 +42,7 @@ impl From<&cli::Flags> for TestHooks {
         Self {
             wedge_lease_after: flags.test_wedge_lease_after,
             crash_at: flags.test_crash_at,
+            lease_wire: flags.test_lease_content_type,
         }
     }
 }
@@ -206,6 +211,7 @@ impl LeaseTask {
         let handle = tokio::spawn(
             LeaseLoop {
                 wedge_after: hooks.wedge_lease_after,
+                wire: hooks.lease_wire.unwrap_or_default(),
                 ..LeaseLoop::from(settings)
             }
             .run(clients.clone(), health.clone(), shutdown)

@@ -180,6 +180,12 @@ pub struct Flags {
     #[arg(long, value_name = "N|trace", hide = true)]
     pub test_crash_at: Option<crate::pki::files::CrashPlan>,
 
+    /// Test only: how the Lease goes on the wire from the start, `protobuf` (the default,
+    /// as the kubelet sends it) or `json`, so tests and bench/proto.sh can compare the two.
+    /// Flag only; no config file key.
+    #[arg(long, value_name = "json|protobuf", hide = true)]
+    pub test_lease_content_type: Option<crate::api::protobuf::LeaseWire>,
+
     /// Test only: the certificate loops read the wall clock as the system clock plus the
     /// signed whole seconds written in FILE, re-read at every reading, so tests can step
     /// the clock forward and back without root. Flag only; no config file key.

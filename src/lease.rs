@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::api::conn::Connection;
+use crate::api::protobuf::LeaseWire;
 use crate::api::{self, ApiClient};
 use crate::config::Settings;
 use crate::metrics::METRICS;
@@ -58,6 +59,10 @@ pub struct LeaseLoop {
     /// `Settings`): stop making progress after this long, to prove the watchdog restarts a
     /// wedged agent.
     pub wedge_after: Option<Duration>,
+    /// How the Lease goes on the wire at the start: protobuf, as the kubelet sends it
+    /// (JSON only from `--test-lease-content-type json`, set by the agent from
+    /// `TestHooks`); a server that refuses protobuf switches it to JSON for good.
+    pub wire: LeaseWire,
 }
 
 impl From<&Settings> for LeaseLoop {
@@ -69,6 +74,7 @@ impl From<&Settings> for LeaseLoop {
             owner_lookup: s.lease_owner_lookup_interval,
             probe: s.lease_health_probe.clone(),
             wedge_after: None,
+            wire: LeaseWire::Protobuf,
         }
     }
 }
@@ -150,7 +156,15 @@ impl LeaseLoop {
         // are its liveness check: each is bounded by [`attempt_budget`], and an exchange
         // that does not complete leaves no connection behind, so the next renewal opens a
         // fresh one at once. Quiet stretches are covered by TCP keepalive in the kernel.
-        let mut conn = Connection::new(&clients.borrow_and_update());
+        // JSON once this process has seen the server refuse protobuf, by an earlier loop too.
+        let wire = match health.snapshot().lease.json {
+            true => LeaseWire::Json,
+            false => r.cfg.wire,
+        };
+        let mut conn = Connection::new(&clients.borrow_and_update()).with_lease_wire(wire);
+        METRICS.lease_protobuf(wire == LeaseWire::Protobuf);
+        let mut json = wire == LeaseWire::Json;
+        health.update(|s| s.lease.json = json);
         let phase: f64 = rand::rng().random();
         let mut ticker = Ticker::new();
         loop {
@@ -170,7 +184,9 @@ impl LeaseLoop {
             }
             health.beat(TASK, ATTEMPT_BOUND + interval);
             if clients.has_changed().unwrap_or(false) {
-                conn = Connection::new(&clients.borrow_and_update());
+                // What the old connection learned (a server that refused protobuf) stays.
+                let wire = conn.lease_wire();
+                conn = Connection::new(&clients.borrow_and_update()).with_lease_wire(wire);
                 tracing::info!(identity = %conn.identity(), "lease: switched to the new credentials");
             }
             // The next slot after now: slots missed by a slow renewal are skipped, not burst,
@@ -209,6 +225,11 @@ impl LeaseLoop {
                 }),
             };
             METRICS.lease_renewal(result.is_ok(), started.elapsed());
+            if !json && conn.lease_wire() == LeaseWire::Json {
+                // The connection fell back to JSON (it logged why): for good.
+                json = true;
+                health.update(|s| s.lease.json = true);
+            }
             match result {
                 Ok(()) => {
                     failed_periods = 0;

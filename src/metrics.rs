@@ -72,6 +72,7 @@ pub struct Metrics {
     lease_duration: Histogram,
     lease_last_renew: Gauge,
     lease_duration_setting: Gauge,
+    lease_protobuf: IntGauge,
     api_requests: IntCounterVec,
 }
 
@@ -191,6 +192,7 @@ impl Metrics {
             lease_duration: histogram(r, HistogramOpts::new("bootlet_lease_renew_duration_seconds", "Seconds one Lease renewal took, successful or not.").buckets(LEASE_BUCKETS.to_vec())),
             lease_last_renew: gauge(r, "bootlet_lease_last_renew_timestamp_seconds", "When the Lease was last renewed, in Unix seconds; 0 before the first renewal."),
             lease_duration_setting: gauge(r, "bootlet_lease_duration_seconds", "The Lease's leaseDurationSeconds: the node is NotReady this long after the last renewal."),
+            lease_protobuf: registered(r, IntGauge::new("bootlet_lease_protobuf", "1 while the Lease goes on the wire as protobuf, 0 as JSON (the server refused protobuf, or --test-lease-content-type json).").expect("valid metric name")),
             api_requests,
             registry,
             serving_registry,
@@ -268,6 +270,11 @@ impl Metrics {
     /// The configured lease duration (set when the Lease loop starts or is reloaded).
     pub fn lease_duration_setting(&self, d: Duration) {
         self.lease_duration_setting.set(d.as_secs_f64());
+    }
+
+    /// Whether the Lease goes on the wire as protobuf (set at the start and on a fallback).
+    pub fn lease_protobuf(&self, on: bool) {
+        self.lease_protobuf.set(i64::from(on));
     }
 
     /// The lease duration last set (zero before the Lease loop starts).

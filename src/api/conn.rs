@@ -11,6 +11,9 @@
 //! fresh one. Quiet stretches are covered in the kernel by TCP keepalive and
 //! `TCP_USER_TIMEOUT`, as on every client bootlet builds.
 //!
+//! Bodies are JSON here; the Lease's own exchanges (protobuf by default, JSON after a
+//! server refused it) are in `conn/lease.rs`.
+//!
 //! It reaches the server the way the [`ApiClient`] does: through the proxy the policy chose
 //! for it (an HTTP CONNECT tunnel, TLS inside), verifying and naming the server by its
 //! `tls-server-name` when the kubeconfig sets one.
@@ -23,7 +26,8 @@ use http_body_util::{BodyExt, Empty, Full, LengthLimitError, Limited};
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper_util::rt::TokioIo;
 use reqwest::header::{
-    HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, DATE, HOST, PROXY_AUTHORIZATION, USER_AGENT,
+    HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, DATE, HOST, PROXY_AUTHORIZATION,
+    USER_AGENT,
 };
 use reqwest::Method;
 use rustls::pki_types::ServerName;
@@ -34,6 +38,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 use super::dial::{self, Resolver};
+use super::protobuf::LeaseWire;
 use super::wire::{decode, encode, location, retry_after};
 use super::{
     ApiClient, Error, Identity, TransportError, TCP_KEEPALIVE_IDLE, TCP_KEEPALIVE_INTERVAL,
@@ -42,6 +47,11 @@ use super::{
 use crate::api::kubeconfig::ProxyUrl;
 use crate::metrics::METRICS;
 
+mod lease;
+
+/// The media type of JSON bodies, sent and asked for.
+const JSON: &str = "application/json";
+
 /// A connection of its own, opened on first use and after any exchange that did not
 /// complete. Not `Clone`: one caller, one request at a time.
 pub struct Connection {
@@ -49,6 +59,8 @@ pub struct Connection {
     tls: TlsConnector,
     target: Result<Target, String>,
     sender: Option<SendRequest<Full<Bytes>>>,
+    /// How the Lease goes on the wire (`conn/lease.rs`): protobuf until a server refuses it.
+    lease_wire: LeaseWire,
 }
 
 /// Where the server URL points, and how to get there.
@@ -84,7 +96,19 @@ impl Connection {
                 client.inner.proxy.clone(),
             ),
             sender: None,
+            lease_wire: LeaseWire::default(),
         }
+    }
+
+    /// The same connection sending Leases as `wire` (a new connection keeps what the
+    /// one it replaces learned: a server that refused protobuf is not asked again).
+    pub fn with_lease_wire(mut self, wire: LeaseWire) -> Self {
+        self.lease_wire = wire;
+        self
+    }
+
+    pub fn lease_wire(&self) -> LeaseWire {
+        self.lease_wire
     }
 
     pub fn identity(&self) -> &Identity {
@@ -130,12 +154,26 @@ impl Connection {
         body: Option<&B>,
     ) -> Result<T, Error> {
         let json = body.map(|b| encode(&method, path, b)).transpose()?;
+        let body = json.map(|json| (json, JSON));
+        let (_, bytes) = self.exchange(&method, path, body, JSON).await?;
+        decode(method, path, &bytes)
+    }
+
+    /// One exchange of `body` (bytes and their media type) asking for `accept`: the
+    /// response headers and body on 2xx, the server's refusal as `Error::Api` otherwise.
+    async fn exchange(
+        &mut self,
+        method: &Method,
+        path: &str,
+        body: Option<(Vec<u8>, &'static str)>,
+        accept: &'static str,
+    ) -> Result<(HeaderMap, Bytes), Error> {
         let target = self.target.as_ref().map_err(|reason| Error::Setup {
             server: self.client.server().to_string(),
             reason: reason.clone(),
         })?;
         let request = self
-            .request(target, &method, path, json)
+            .request(target, method, path, body, accept)
             .map_err(|e| Error::Setup {
                 server: self.client.server().to_string(),
                 reason: format!("{method} {path}: {e}"),
@@ -156,36 +194,36 @@ impl Connection {
                 Ok(sender) => sender,
                 Err(e) => {
                     METRICS.api_request(method.as_str(), None);
-                    return Err(self.client.transport(&method, path, e));
+                    return Err(self.client.transport(method, path, e));
                 }
             },
         };
         let response = sender.send_request(request).await;
         METRICS.api_request(method.as_str(), response.as_ref().ok().map(|r| r.status()));
-        let response = response.map_err(|e| self.client.transport(&method, path, e.into()))?;
+        let response = response.map_err(|e| self.client.transport(method, path, e.into()))?;
         let (head, body) = response.into_parts();
         let limit = self.client.inner.opts.max_body;
         let bytes = match Limited::new(body, limit).collect().await {
             Ok(collected) => collected.to_bytes(),
             Err(e) if e.is::<LengthLimitError>() => {
                 return Err(Error::TooLarge {
-                    method,
+                    method: method.clone(),
                     path: path.to_string(),
                     limit,
                 })
             }
-            Err(e) => return Err(self.client.transport(&method, path, e)),
+            Err(e) => return Err(self.client.transport(method, path, e)),
         };
         self.sender = Some(sender);
         self.client.observe_date(head.headers.get(DATE));
         if head.status.is_success() {
-            decode(method, path, &bytes)
+            Ok((head.headers, bytes))
         } else {
             let retry = retry_after(&head.headers);
             let location = location(&head.headers);
             Err(self
                 .client
-                .refusal(method, path, head.status, retry, location, &bytes))
+                .refusal(method.clone(), path, head.status, retry, location, &bytes))
         }
     }
 
@@ -194,22 +232,22 @@ impl Connection {
         target: &Target,
         method: &Method,
         path: &str,
-        json: Option<Vec<u8>>,
+        body: Option<(Vec<u8>, &'static str)>,
+        accept: &'static str,
     ) -> Result<Request<Full<Bytes>>, http::Error> {
         let mut builder = Request::builder()
             .method(method.clone())
             .uri(format!("{}{path}", target.prefix))
             .header(HOST, target.authority.clone())
-            .header(ACCEPT, HeaderValue::from_static("application/json"))
+            .header(ACCEPT, HeaderValue::from_static(accept))
             .header(USER_AGENT, HeaderValue::from_static(super::USER_AGENT));
         if let Some(auth) = &self.client.inner.auth_header {
             builder = builder.header(AUTHORIZATION, auth.clone());
         }
-        let body = match json {
-            Some(json) => {
-                builder =
-                    builder.header(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-                Full::new(Bytes::from(json))
+        let body = match body {
+            Some((bytes, media_type)) => {
+                builder = builder.header(CONTENT_TYPE, HeaderValue::from_static(media_type));
+                Full::new(Bytes::from(bytes))
             }
             None => Full::default(),
         };

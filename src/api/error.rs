@@ -42,6 +42,13 @@ pub enum Error {
         #[source]
         source: serde_json::Error,
     },
+    #[error("{method} {path}: response is not the expected protobuf")]
+    DecodeProtobuf {
+        method: Method,
+        path: String,
+        #[source]
+        source: super::protobuf::ProtoError,
+    },
     #[error("{method} {path}: response larger than {limit} bytes")]
     TooLarge {
         method: Method,
@@ -124,9 +131,13 @@ impl Error {
     }
 
     /// The server answered, but not with something usable: a body over the cap, or not the
-    /// JSON the request expects. Asking again for the same object gets the same answer.
+    /// JSON or protobuf the request expects. Asking again for the same object gets the same
+    /// answer.
     pub fn is_unusable_answer(&self) -> bool {
-        matches!(self, Error::TooLarge { .. } | Error::Decode { .. })
+        matches!(
+            self,
+            Error::TooLarge { .. } | Error::Decode { .. } | Error::DecodeProtobuf { .. }
+        )
     }
 
     /// The server's `Retry-After`, if it sent one.
@@ -135,6 +146,24 @@ impl Error {
             Error::Api { retry_after, .. } => *retry_after,
             _ => None,
         }
+    }
+}
+
+/// The `Status` of a non-2xx answer (pure): the server's, protobuf (an answer to a
+/// protobuf request; the magic never starts JSON) or JSON, else one made from the code and
+/// body; for a redirect, where it pointed.
+pub(super) fn answer_status(code: StatusCode, location: Option<String>, body: &[u8]) -> Status {
+    let given = |s: &Status| s.code.is_some() || s.reason.is_some() || s.message.is_some();
+    match location.filter(|_| code.is_redirection()) {
+        Some(location) => redirect_status(code, &location),
+        None if body.starts_with(super::protobuf::MAGIC) => super::protobuf::decode_status(body)
+            .ok()
+            .filter(given)
+            .unwrap_or_else(|| synthetic_status(code, b"")),
+        None => serde_json::from_slice::<Status>(body)
+            .ok()
+            .filter(given)
+            .unwrap_or_else(|| synthetic_status(code, body)),
     }
 }
 
@@ -231,6 +260,29 @@ mod tests {
             "{message}"
         );
         assert!(!api(307, "Temporary Redirect").is_retryable());
+    }
+
+    #[test]
+    fn a_protobuf_status_is_read_like_a_json_one() {
+        use k8s_pb::apimachinery::pkg::apis::meta::v1 as pb;
+        use prost::Message;
+        let conflict = pb::Status {
+            reason: Some("Conflict".into()),
+            message: Some("Operation cannot be fulfilled on leases.coordination.k8s.io \"n1\": the object has been modified".into()),
+            code: Some(409),
+            ..Default::default()
+        };
+        let body = super::super::protobuf::wrap("v1", "Status", conflict.encode_to_vec());
+        let s = answer_status(StatusCode::CONFLICT, None, &body);
+        assert_eq!(s.reason.as_deref(), Some("Conflict"));
+        assert!(s.message.unwrap().contains("has been modified"));
+        let json = br#"{"kind":"Status","reason":"AlreadyExists","code":409}"#;
+        let s = answer_status(StatusCode::CONFLICT, None, json);
+        assert_eq!(s.reason.as_deref(), Some("AlreadyExists"));
+        // A protobuf body that is not a Status: the code speaks, not the bytes.
+        let s = answer_status(StatusCode::UNSUPPORTED_MEDIA_TYPE, None, b"k8s\0\xff");
+        assert_eq!(s.code, Some(415));
+        assert_eq!(s.message.as_deref(), Some("415 Unsupported Media Type"));
     }
 
     #[test]

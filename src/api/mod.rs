@@ -7,6 +7,7 @@ pub mod conn;
 pub mod dial;
 mod error;
 pub mod kubeconfig;
+pub mod protobuf;
 pub mod proxy;
 pub mod tls;
 pub mod watch;
@@ -18,7 +19,6 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use futures_util::StreamExt;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
 use reqwest::Method;
 use serde::de::DeserializeOwned;
@@ -29,7 +29,6 @@ use crate::metrics::METRICS;
 use crate::runtime::backoff::Backoff;
 
 use dial::{AliasResolver, Resolver};
-use error::synthetic_status;
 pub use error::{Error, TransportError};
 use proxy::{ProxyEnv, ProxyPolicy};
 use wire::{decode, encode, location, parse_http_date, retry_after, skew_secs};
@@ -336,13 +335,7 @@ impl ApiClient {
         location: Option<String>,
         body: &[u8],
     ) -> Error {
-        let status = match location.filter(|_| code.is_redirection()) {
-            Some(location) => error::redirect_status(code, &location),
-            None => serde_json::from_slice::<Status>(body)
-                .ok()
-                .filter(|s| s.code.is_some() || s.reason.is_some() || s.message.is_some())
-                .unwrap_or_else(|| synthetic_status(code, body)),
-        };
+        let status = error::answer_status(code, location, body);
         Error::Api {
             method,
             path: path.to_string(),

@@ -65,7 +65,7 @@ impl Renewer {
         &mut self,
         conn: &mut Connection,
     ) -> Result<Option<Lease>, RenewError> {
-        match conn.get::<Lease>(&self.cfg.path()).await {
+        match conn.get_lease(&self.cfg.path()).await {
             Ok(lease) => Ok(Some(lease)),
             Err(e) if e.is_not_found() => Ok(None),
             Err(source) => Err(RenewError::Api {
@@ -215,7 +215,7 @@ impl Renewer {
             source,
         };
         if self.cached.is_none() {
-            match conn.get::<Lease>(&path).await {
+            match conn.get_lease(&path).await {
                 Ok(lease) => {
                     self.observe_owner(&lease);
                     self.cached = Some(lease);
@@ -244,11 +244,11 @@ impl Renewer {
             }
             self.unconfirmed.push(renew);
             let result = match &self.cached {
-                Some(_) => conn.replace::<_, Lease>(&path, &want).await,
+                Some(_) => conn.replace_lease(&path, &want).await,
                 None => {
                     let list =
                         format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases");
-                    conn.create::<_, Lease>(&list, &want).await
+                    conn.create_lease(&list, &want).await
                 }
             };
             let refused = result.as_ref().err().and_then(api::Error::code);
@@ -277,7 +277,7 @@ impl Renewer {
                 Err(e) if e.code() == Some(409) => {
                     // kube-apiserver answers a PUT of a Lease that is gone with 409 (the
                     // UID in our body is a precondition the missing object fails), not 404.
-                    let current: Lease = match conn.get(&path).await {
+                    let current = match conn.get_lease(&path).await {
                         Ok(current) => current,
                         Err(e) if e.is_not_found() => {
                             self.cached = None;

@@ -66,6 +66,7 @@ fn the_exposition_carries_the_kubelet_names_with_their_types() {
         ("bootlet_lease_renew_duration_seconds", "histogram"),
         ("bootlet_lease_last_renew_timestamp_seconds", "gauge"),
         ("bootlet_lease_duration_seconds", "gauge"),
+        ("bootlet_lease_protobuf", "gauge"),
         ("bootlet_build_info", "gauge"),
         ("process_resident_memory_bytes", "gauge"),
         ("process_cpu_seconds_total", "counter"),

@@ -32,6 +32,10 @@ pub struct LeaseState {
     pub failing_since: Option<SystemTime>,
     /// Why the loop does not write (health probe down, another writer).
     pub paused: Option<String>,
+    /// The Lease goes on the wire as JSON, not protobuf: the API server refused protobuf
+    /// (406/415), or `--test-lease-content-type json`. Kept for the life of the process, so
+    /// a Lease loop restarted by a reload does not ask a refusing server again.
+    pub json: bool,
 }
 
 /// Everything `STATUS=` and readiness are derived from.

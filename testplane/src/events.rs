@@ -23,6 +23,10 @@ pub struct RequestRecord {
     pub status: u16,
     /// `HTTP/1.1` or `HTTP/2.0`.
     pub version: String,
+    /// The request body's `Content-Type` ("" when none was sent).
+    pub content_type: String,
+    /// The answer's `Content-Type` ("" when none).
+    pub response_type: String,
 }
 
 /// What happened, in order, for tests to await instead of sleeping.

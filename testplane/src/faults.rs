@@ -56,6 +56,8 @@ struct Inner {
     reset_watches_after: Option<Duration>,
     accept_mode: AcceptMode,
     answers: Vec<AnswerRule>,
+    /// Every protobuf request body gets 415 (a server without protobuf for the type).
+    refuse_protobuf: bool,
 }
 
 /// The live fault switches, read by every request.
@@ -124,6 +126,10 @@ impl FaultState {
             .map(|r| r.answer.clone())
     }
 
+    pub fn refuses_protobuf(&self) -> bool {
+        self.lock().refuse_protobuf
+    }
+
     pub fn take_lease_conflict(&self) -> bool {
         std::mem::take(&mut self.lock().lease_conflict_once)
     }
@@ -147,7 +153,7 @@ impl FaultState {
 /// camelCase): `{"outageSeconds": 2}`, `{"failNext": 3, "failStatus": 500}`,
 /// `{"failAlways": 503}` (`0` turns it off), `{"throttleNext": 2, "retryAfterSeconds": 1}`,
 /// `{"throttleAlways": true, "retryAfterSeconds": 5}`, `{"delayMs": 200}`,
-/// `{"skewDateSeconds": 3600}`, `{"leaseConflictOnce": true}`, `{"watchDropAfter": 1}`,
+/// `{"skewDateSeconds": 3600}`, `{"leaseConflictOnce": true}`, `{"refuseProtobuf": true}`, `{"watchDropAfter": 1}`,
 /// `{"closeWatches": true}`, `{"resetWatchesAfterMs": 100}` (`0` turns it off),
 /// `{"acceptMode": "silent"}` (`serve`, `silent`, `stallHandshake`; open connections are
 /// dropped), `{"expireToken": "abcdef"}`, `{"deleteToken": "abcdef"}`, `{"compact": true}`,
@@ -166,6 +172,7 @@ pub struct FaultRequest {
     pub delay_ms: Option<u64>,
     pub skew_date_seconds: Option<i64>,
     pub lease_conflict_once: Option<bool>,
+    pub refuse_protobuf: Option<bool>,
     pub watch_drop_after: Option<usize>,
     pub close_watches: Option<bool>,
     pub reset_watches_after_ms: Option<u64>,
@@ -273,6 +280,13 @@ impl Faults {
         self.with(|i| i.lease_conflict_once = true);
     }
 
+    /// While on, every request with a protobuf body (a Lease PUT or POST from the kubelet
+    /// or bootlet) gets 415 UnsupportedMediaType, as from a server that has no protobuf for
+    /// the type; JSON is served as usual.
+    pub fn refuse_protobuf(&self, on: bool) {
+        self.with(|i| i.refuse_protobuf = on);
+    }
+
     /// The next watch closes its stream after sending `n` events.
     pub fn watch_drop_after(&self, n: usize) {
         self.with(|i| i.watch_drop_after = Some(n));
@@ -348,6 +362,9 @@ impl Faults {
         }
         if r.lease_conflict_once == Some(true) {
             self.lease_conflict_once();
+        }
+        if let Some(on) = r.refuse_protobuf {
+            self.refuse_protobuf(on);
         }
         if let Some(n) = r.watch_drop_after {
             self.watch_drop_after(n);

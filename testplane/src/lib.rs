@@ -593,6 +593,18 @@ impl TestPlane {
         Ok(ca.issue(spki_der, &spec)?)
     }
 
+    /// Delete a Lease (as `kubectl delete lease` or the garbage collector would).
+    pub fn delete_lease(&self, ns: &str, name: &str) -> Result<(), Error> {
+        self.shared
+            .store
+            .delete(Kind::Lease, ns, name)
+            .map(drop)
+            .map_err(|_| Error::NotFound {
+                kind: "Lease",
+                name: name.into(),
+            })
+    }
+
     /// Delete a ClusterRoleBinding (as `kubectl delete clusterrolebinding` would).
     pub fn delete_cluster_role_binding(&self, name: &str) -> Result<(), Error> {
         self.shared

@@ -136,6 +136,8 @@ mod tests {
             path: "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/n".into(),
             status: 200,
             version: "HTTP/1.1".into(),
+            content_type: String::new(),
+            response_type: String::new(),
         }
     }
 

@@ -4,6 +4,7 @@
 
 mod csr;
 mod discovery;
+mod lease_pb;
 mod proto;
 mod resources;
 mod route;
@@ -19,7 +20,7 @@ use std::time::SystemTime;
 use bytes::Bytes;
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE, DATE};
+use hyper::header::{HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, DATE};
 use hyper::{Method, Request};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::StatusDetails;
 
@@ -43,6 +44,7 @@ pub struct Ctx {
     pub method: Method,
     pub path: String,
     pub query: HashMap<String, String>,
+    pub accept: String,
     pub content_type: String,
     pub body: Bytes,
 }
@@ -75,7 +77,9 @@ pub async fn handle(
             .map(str::to_string)
     };
     let authz = header(AUTHORIZATION);
+    let accept = header(ACCEPT).unwrap_or_default();
     let content_type = header(CONTENT_TYPE).unwrap_or_default();
+    let request_type = content_type.clone();
     let body = req
         .into_body()
         .collect()
@@ -108,6 +112,7 @@ pub async fn handle(
                 method: method.clone(),
                 path: path.clone(),
                 query,
+                accept,
                 content_type,
                 body,
             };
@@ -133,6 +138,13 @@ pub async fn handle(
         path: path_q,
         status: resp.status().as_u16(),
         version,
+        content_type: request_type,
+        response_type: resp
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_string(),
     };
     tracing::debug!(conn = rec.conn, user = %rec.user, verb = %rec.verb, path = %rec.path, status = rec.status, "request");
     if resp.headers_mut().remove(UNEXPECTED).is_some() {

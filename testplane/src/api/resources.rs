@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ListMeta, Status, StatusDet
 use serde_json::Value;
 
 use super::select::{field_filter, matches};
-use super::{csr, json, unknown, watch, ApiError, Ctx, Resp};
+use super::{csr, json, lease_pb, unknown, watch, ApiError, Ctx, Resp};
 use crate::store::{meta_mut, meta_str, Kind};
 use crate::Event;
 
@@ -82,6 +82,25 @@ pub async fn serve(
     if !allowed(kind, verb, sub) {
         return Ok(unknown(ctx));
     }
+    // Leases speak protobuf too (the kubelet's and bootlet's format): the handlers work
+    // in JSON and the answer is re-encoded when the client asks for protobuf first.
+    if kind == Kind::Lease && lease_pb::wants_protobuf(ctx) && verb != "watch" {
+        let resp = serve_json(ctx, verb, kind, ns, name, sub)
+            .await
+            .unwrap_or_else(ApiError::into_resp);
+        return Ok(lease_pb::answer(resp).await);
+    }
+    serve_json(ctx, verb, kind, ns, name, sub).await
+}
+
+async fn serve_json(
+    ctx: &Ctx,
+    verb: &str,
+    kind: Kind,
+    ns: &str,
+    name: &str,
+    sub: &str,
+) -> Result<Resp, ApiError> {
     match verb {
         "get" => get(ctx, kind, ns, name),
         "list" => list(ctx, kind, ns),
@@ -177,6 +196,8 @@ fn create(ctx: &Ctx, kind: Kind, ns: &str) -> Result<Resp, ApiError> {
     let mut obj = if kind == Kind::ClusterRoleBinding && ctx.content_type.contains("protobuf") {
         super::proto::decode_cluster_role_binding(&ctx.body)
             .ok_or_else(|| ApiError::bad_request("unable to decode protobuf ClusterRoleBinding"))?
+    } else if kind == Kind::Lease && lease_pb::is_protobuf(ctx) {
+        lease_pb::request_lease(ctx)?
     } else {
         body_json(ctx)?
     };
@@ -250,6 +271,8 @@ fn update(ctx: &Ctx, kind: Kind, ns: &str, name: &str, sub: &str) -> Result<Resp
         super::proto::decode_csr(&ctx.body).ok_or_else(|| {
             ApiError::bad_request("unable to decode protobuf CertificateSigningRequest")
         })?
+    } else if kind == Kind::Lease && lease_pb::is_protobuf(ctx) {
+        lease_pb::request_lease(ctx)?
     } else {
         body_json(ctx)?
     };
