@@ -1,0 +1,409 @@
+//! `bash bench/fleet.sh N --real`: N agents of one kind started together against the real
+//! cluster (bootlet's, then the peer's if FLEET_REAL_PEER is not 0, as many as fit), then:
+//! a steady minute; kube-apiserver SIGKILLed and started again as an upgrade restarts it,
+//! the return spread (each node's first Lease renewal after the restart, from the Leases'
+//! renewTime) and the first minute after `/readyz` against the steady one; then kube-apiserver
+//! restarted with a low `--max-requests-inflight` and `--max-mutating-requests-inflight`
+//! (API Priority and Fairness with a couple of seats): its 429s and how the agents paced.
+
+use std::collections::HashMap;
+use std::fmt::Write;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+use testplane::kube::Cluster;
+use tokio::time::Instant;
+
+use crate::agents::{delete_nodes, Agents, Kind};
+use crate::relay::Relay;
+use crate::window::{between, mark, Figures, Mark};
+
+const API: &str = "kube-apiserver";
+const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases";
+const CERT_LIMIT: Duration = Duration::from_secs(900);
+const SAMPLE_EVERY: Duration = Duration::from_secs(5);
+const MINUTE: Duration = Duration::from_secs(60);
+/// How long after `/readyz` the Leases are watched for each node's first renewal.
+const RETURN_WATCH: Duration = Duration::from_secs(45);
+
+pub async fn run(n: usize) -> Result<String, String> {
+    let c = crate::cluster("fleet-real").await?;
+    let result = measure(&c, n).await;
+    c.shutdown().await;
+    result
+}
+
+async fn measure(c: &Cluster, n: usize) -> Result<String, String> {
+    let bins = crate::bins(c)?;
+    let relay = Relay::start(c.addr())
+        .await
+        .map_err(|e| format!("relay: {e}"))?;
+    let root = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+    let mut report = format!(
+        "# fleet on the real cluster (Kubernetes {}), N = {n} requested\n\n",
+        c.release()
+    );
+    let mut kinds = vec![(Kind::Bootlet, n)];
+    if crate::num("FLEET_REAL_PEER", 1) != 0 {
+        kinds.push((Kind::Peer, n));
+    }
+    let mut peer_peak: Option<f64> = None;
+    let mut bootlet_peak: Option<f64> = None;
+    for (kind, want) in kinds {
+        let k = match kind {
+            Kind::Bootlet => want,
+            // Before any peer ran: a peer's RSS measured by `real bench` (~45 MiB), rounded up.
+            Kind::Peer => crate::peers_that_fit(want, peer_peak.unwrap_or(64.0 * 1024.0)),
+        };
+        if k < want {
+            writeln!(
+                report,
+                "peer: {k} agents, not {want}: that is what fits in MemAvailable ({} MiB) \
+                 less the margin at ~64 MiB a peer\n",
+                crate::mem_available_kib() / 1024
+            )
+            .ok();
+        }
+        let (text, peak) = one_kind(c, &bins, &relay, root.path(), kind, k).await?;
+        match kind {
+            Kind::Bootlet => bootlet_peak = Some(peak),
+            Kind::Peer => peer_peak = Some(peak),
+        }
+        report.push_str(&text);
+    }
+    if let (Some(b), Some(p)) = (bootlet_peak, peer_peak) {
+        writeln!(
+            report,
+            "peak RSS per agent: bootlet {:.1} MiB, peer {:.1} MiB (bootlet ÷ peer {:.2})",
+            b / 1024.0,
+            p / 1024.0,
+            b / p
+        )
+        .ok();
+    }
+    std::fs::write("target/bench-fleet-real.md", &report)
+        .map_err(|e| format!("target/bench-fleet-real.md: {e}"))?;
+    Ok(report)
+}
+
+/// One kind's whole run; returns its report and the mean peak RSS per agent (KiB).
+async fn one_kind(
+    c: &Cluster,
+    bins: &crate::agents::Bins,
+    relay: &Relay,
+    root: &std::path::Path,
+    kind: Kind,
+    n: usize,
+) -> Result<(String, f64), String> {
+    let label = kind.label();
+    let prefix = format!("fleet-{label}");
+    let mut out = format!("## {n} × {label}\n\n");
+    let token = c
+        .create_token(testplane::kube::TOKEN_TTL)
+        .await
+        .map_err(|e| format!("a bootstrap token: {e}"))?;
+    let boot = c.kubeconfig_for_token_at(&format!("https://{}", relay.addr), &token);
+    let started = Instant::now();
+    eprintln!("fleet-real: {n} {label} agents starting");
+    let mut agents = Agents::start(c, bins, kind, n, &prefix, root, &boot).await?;
+    agents.wait_certs(CERT_LIMIT).await?;
+    writeln!(
+        out,
+        "- all {n} certificates on disk {:.1}s after the first start",
+        started.elapsed().as_secs_f64()
+    )
+    .ok();
+    agents
+        .hold(secs_of("FLEET_REAL_SETTLE_SECONDS", 30), SAMPLE_EVERY)
+        .await?;
+
+    // A steady minute.
+    let a = mark(c, Some(&mut agents), relay).await?;
+    agents.hold(MINUTE, SAMPLE_EVERY).await?;
+    let b = mark(c, Some(&mut agents), relay).await?;
+    let steady = between(&a, &b);
+    let peak = b.agents.hwm_kib_sum as f64 / n as f64;
+    writeln!(
+        out,
+        "- RSS: {:.1} MiB in all, {:.1} MiB per agent (peak {:.1} MiB per agent)",
+        b.agents.rss_kib_sum as f64 / 1024.0,
+        b.agents.rss_kib_sum as f64 / 1024.0 / n as f64,
+        peak / 1024.0
+    )
+    .ok();
+
+    // SIGKILL and start again, as an upgrade restarts the static pod.
+    let lines_before = agents.log_total();
+    let killed = SystemTime::now();
+    let killed_at = Instant::now();
+    eprintln!("fleet-real: SIGKILL kube-apiserver");
+    c.kill_component(API).await;
+    agents
+        .hold(secs_of("FLEET_REAL_DOWN_SECONDS", 5), SAMPLE_EVERY)
+        .await?;
+    c.start_component(API)
+        .await
+        .map_err(|e| format!("restart kube-apiserver: {e}"))?;
+    let ready_wall = SystemTime::now();
+    let down = killed_at.elapsed();
+    eprintln!("fleet-real: kube-apiserver ready again after {down:?}");
+    let r0 = mark(c, Some(&mut agents), relay).await?;
+    let requests_before_ready = all_node_requests(&r0);
+    let first = first_renewals(c, &mut agents, killed, n).await?;
+    let rest = MINUTE.saturating_sub(r0.at.elapsed());
+    agents.hold(rest, SAMPLE_EVERY).await?;
+    let r1 = mark(c, Some(&mut agents), relay).await?;
+    let back = between(&r0, &r1);
+    out.push_str(&restart_report(
+        &steady,
+        &back,
+        &first,
+        ready_wall,
+        down,
+        requests_before_ready,
+        n,
+    ));
+    let lines_restart = agents.log_total() - lines_before;
+    writeln!(
+        out,
+        "- agents' log lines over the restart and the minute after: {lines_restart}"
+    )
+    .ok();
+
+    // API Priority and Fairness with a couple of seats.
+    let inflight = crate::num("FLEET_REAL_INFLIGHT", 1);
+    let mutating = crate::num("FLEET_REAL_MUTATING_INFLIGHT", 1);
+    let orig = c.component_args(API).await.ok_or("no kube-apiserver")?;
+    let mut low = orig.clone();
+    low.push(format!("--max-requests-inflight={inflight}"));
+    low.push(format!("--max-mutating-requests-inflight={mutating}"));
+    eprintln!("fleet-real: restart kube-apiserver with --max-requests-inflight={inflight} --max-mutating-requests-inflight={mutating}");
+    c.stop_component(API).await;
+    c.set_component_args(API, low).await;
+    let lines_before = agents.log_total();
+    let lines_429 = agents.log_lines("429")
+        + agents.log_lines("Too Many Requests")
+        + agents.log_lines("TooManyRequests");
+    c.start_component(API)
+        .await
+        .map_err(|e| format!("restart kube-apiserver: {e}"))?;
+    let p0 = mark(c, Some(&mut agents), relay).await?;
+    agents.hold(MINUTE, SAMPLE_EVERY).await?;
+    let p1 = mark(c, Some(&mut agents), relay).await?;
+    let apf = between(&p0, &p1);
+    let lines = agents.log_total() - lines_before;
+    let lines_429 = agents.log_lines("429")
+        + agents.log_lines("Too Many Requests")
+        + agents.log_lines("TooManyRequests")
+        - lines_429;
+    out.push_str(&apf_report(
+        &apf, &p1, inflight, mutating, lines, lines_429, n,
+    ));
+    c.stop_component(API).await;
+    c.set_component_args(API, orig).await;
+    c.start_component(API)
+        .await
+        .map_err(|e| format!("restart kube-apiserver: {e}"))?;
+    agents.stop().await;
+    delete_nodes(c, &prefix).await?;
+    out.push('\n');
+    Ok((out, peak))
+}
+
+fn secs_of(name: &str, default: u64) -> Duration {
+    crate::secs(name, default)
+}
+
+/// Node requests a fresh API server counted up to this mark (its counters start at 0).
+fn all_node_requests(m: &Mark) -> f64 {
+    m.scrape
+        .sum("apiserver_request_total", crate::apimetrics::node_request)
+}
+
+/// Each node's first renewTime after `killed`, from the Leases, polled every second for
+/// `RETURN_WATCH` or until every node has one.
+async fn first_renewals(
+    c: &Cluster,
+    agents: &mut Agents,
+    killed: SystemTime,
+    n: usize,
+) -> Result<HashMap<String, SystemTime>, String> {
+    let mut first: HashMap<String, SystemTime> = HashMap::new();
+    let until = Instant::now() + RETURN_WATCH;
+    while Instant::now() < until && first.len() < n {
+        if let Ok((200, body)) = c.api("GET", LEASES, None).await {
+            let v: Value = serde_json::from_str(&body).unwrap_or_default();
+            for item in v["items"].as_array().into_iter().flatten() {
+                let name = item["metadata"]["name"].as_str().unwrap_or_default();
+                let Some(t) = item["spec"]["renewTime"].as_str().and_then(parse_time) else {
+                    continue;
+                };
+                if t > killed && !first.contains_key(name) {
+                    first.insert(name.to_string(), t);
+                }
+            }
+        }
+        agents.sample();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    Ok(first)
+}
+
+fn parse_time(s: &str) -> Option<SystemTime> {
+    let t: jiff::Timestamp = s.parse().ok()?;
+    Some(SystemTime::from(t))
+}
+
+/// Seconds since the epoch, as f64.
+fn epoch(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs_f64()
+}
+
+/// The ten 1-second slots of the 10 s interval each first renewal falls in.
+pub fn slots(times: &[f64]) -> [usize; 10] {
+    let mut h = [0usize; 10];
+    for t in times {
+        h[(t.rem_euclid(10.0).floor() as usize).min(9)] += 1;
+    }
+    h
+}
+
+fn bars(h: &[usize], label: &dyn Fn(usize) -> String) -> String {
+    let most = h.iter().copied().max().unwrap_or(0).max(1);
+    h.iter()
+        .enumerate()
+        .map(|(i, &c)| {
+            format!(
+                "    {:>7} {:>5} {}\n",
+                label(i),
+                c,
+                "#".repeat(c * 50 / most)
+            )
+        })
+        .collect()
+}
+
+fn restart_report(
+    steady: &Figures,
+    back: &Figures,
+    first: &HashMap<String, SystemTime>,
+    ready: SystemTime,
+    down: Duration,
+    before_ready: f64,
+    n: usize,
+) -> String {
+    let mut out = String::new();
+    let times: Vec<f64> = first.values().map(|t| epoch(*t)).collect();
+    let h = slots(&times);
+    let used = h.iter().filter(|&&c| c > 0).count();
+    let fair = n as f64 / 10.0;
+    let dense = h.iter().filter(|&&c| c as f64 >= fair / 2.0).count();
+    writeln!(
+        out,
+        "- kube-apiserver SIGKILLed and started again: /readyz ok {:.1}s after the kill",
+        down.as_secs_f64()
+    )
+    .ok();
+    writeln!(
+        out,
+        "- first Lease renewal after the restart: {} of {n} nodes within {}s of /readyz",
+        first.len(),
+        RETURN_WATCH.as_secs()
+    )
+    .ok();
+    writeln!(out, "- return spread over the ten 1-second slots of the interval (renewTime mod 10 s): {used}/10 slots used, {dense}/10 hold at least half a fair share ({:.0}); goal ≥ 6/10: {}",
+        fair / 2.0, if used >= 6 { "PASS" } else { "FAIL" }).ok();
+    out.push_str(&bars(&h, &|i| format!("{i}-{}s", i + 1)));
+    let since: Vec<f64> = times.iter().map(|t| t - epoch(ready)).collect();
+    let mut after = [0usize; 12];
+    for s in &since {
+        let i = if *s < 0.0 {
+            0
+        } else {
+            (s.floor() as usize + 1).min(11)
+        };
+        after[i] += 1;
+    }
+    writeln!(out, "- the same renewals by seconds after /readyz:").ok();
+    out.push_str(&bars(&after, &|i| match i {
+        0 => "before".to_string(),
+        11 => "≥10s".to_string(),
+        i => format!("{}-{}s", i - 1, i),
+    }));
+    let row = |what: &str, s: f64, b: f64| {
+        format!(
+            "| {what} | {s:.1} | {b:.1} | {:.2} |\n",
+            if s > 0.0 { b / s } else { 0.0 }
+        )
+    };
+    out.push_str(
+        "\n| minute | steady | first after /readyz | first ÷ steady |\n|---|---:|---:|---:|\n",
+    );
+    out.push_str(&row(
+        "kube-apiserver CPU (ms)",
+        steady.api_cpu_ns / 1e6,
+        back.api_cpu_ns / 1e6,
+    ));
+    out.push_str(&row(
+        "node requests",
+        steady.node_requests,
+        back.node_requests,
+    ));
+    out.push_str(&row(
+        "every request (any client)",
+        steady.all_requests,
+        back.all_requests,
+    ));
+    out.push_str(&row("Lease PUTs", steady.lease_puts, back.lease_puts));
+    out.push_str(&row(
+        "connections (TLS handshakes) at the relay",
+        steady.relay.conns as f64,
+        back.relay.conns as f64,
+    ));
+    out.push_str(&row(
+        "nodes' CPU (ms, all agents)",
+        steady.agents_cpu_ns / 1e6,
+        back.agents_cpu_ns / 1e6,
+    ));
+    writeln!(out, "\n- node requests the new kube-apiserver counted before /readyz: {before_ready:.0}; the minute's figures are per 60 s (steady {:.1}s, after {:.1}s)", steady.secs, back.secs).ok();
+    out
+}
+
+fn apf_report(
+    apf: &Figures,
+    end: &Mark,
+    inflight: u64,
+    mutating: u64,
+    lines: usize,
+    lines_429: usize,
+    n: usize,
+) -> String {
+    let mut out = String::new();
+    let since_start_429 = end
+        .scrape
+        .sum("apiserver_request_total", |l| l.get("code") == "429");
+    let rejected = end
+        .scrape
+        .sum("apiserver_flowcontrol_rejected_requests_total", |_| true);
+    let terminated = end.scrape.sum("apiserver_request_terminations_total", |l| {
+        l.get("code") == "429"
+    });
+    writeln!(out, "\n- API Priority and Fairness: kube-apiserver restarted with --max-requests-inflight={inflight} --max-mutating-requests-inflight={mutating}; the minute after /readyz:").ok();
+    writeln!(out, "  - 429s since its start: apiserver_request_total{{code=\"429\"}} {since_start_429:.0}, apiserver_flowcontrol_rejected_requests_total {rejected:.0}, apiserver_request_terminations_total{{code=\"429\"}} {terminated:.0}; in the minute: {:.0}", apf.too_many).ok();
+    let renewals = apf.lease_puts.max(1.0);
+    writeln!(out, "  - Lease PUTs {:.0} (of {} due), node requests {:.0}, requests per renewal {:.2}; connections at the relay {}",
+        apf.lease_puts, n * 6, apf.node_requests, apf.node_requests / renewals, apf.relay.conns).ok();
+    writeln!(out, "  - the agents' log lines over the restart and the minute: {lines} (of which naming 429/Too Many Requests: {lines_429}); kube-apiserver CPU {:.1} ms", apf.api_cpu_ns / 1e6).ok();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn slots_are_seconds_mod_ten() {
+        let h = super::slots(&[10.5, 21.2, 29.99, 1_700_000_003.5]);
+        assert_eq!(h, [1, 1, 0, 1, 0, 0, 0, 0, 0, 1]);
+    }
+}
