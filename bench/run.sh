@@ -19,7 +19,8 @@ if [ "${1:-}" = "--real" ]; then
   cargo build --quiet --release -p bootlet-testplane --example real
   mkdir -p target
   ulimit -n 65536 2>/dev/null || true
-  exec ./target/release/examples/real bench
+  ./target/release/examples/real bench
+  exec ./target/release/examples/real rotation
 fi
 
 command -v openssl >/dev/null || { echo "bench: openssl is not on PATH" >&2; exit 2; }

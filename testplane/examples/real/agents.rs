@@ -54,6 +54,8 @@ pub struct Sample {
     pub rss_kib_max: u64,
     pub hwm_kib_sum: u64,
     pub hwm_kib_max: u64,
+    /// Private memory (RssAnon: heap, stacks; not the binary's shared file pages).
+    pub anon_kib_sum: u64,
     pub alive: usize,
 }
 
@@ -155,6 +157,16 @@ impl Agents {
         }
     }
 
+    /// Each agent's current client certificate file (empty when unreadable).
+    pub fn cert_pems(&self) -> Vec<Vec<u8>> {
+        self.agents
+            .iter()
+            .map(|a| {
+                std::fs::read(a.dir.join("pki/kubelet-client-current.pem")).unwrap_or_default()
+            })
+            .collect()
+    }
+
     /// An agent that exited, as an error with its log's tail.
     pub fn check_alive(&mut self) -> Result<(), String> {
         for a in &mut self.agents {
@@ -177,6 +189,7 @@ impl Agents {
             s.wakeups += cpu.wakeups;
             let rss = status_kib(a.pid, "VmRSS:");
             let hwm = status_kib(a.pid, "VmHWM:").unwrap_or(0);
+            s.anon_kib_sum += status_kib(a.pid, "RssAnon:").unwrap_or(0);
             if rss.is_some() {
                 s.alive += 1;
             }

@@ -48,7 +48,7 @@ async fn measure(c: &Cluster) -> Result<String, String> {
         .collect();
     let steady = crate::secs("REAL_STEADY_SECONDS", 60);
     let settle = crate::secs("REAL_SETTLE_SECONDS", 30);
-    let idle_secs = crate::secs("REAL_IDLE_SECONDS", 30);
+    let idle_secs = crate::secs("REAL_IDLE_SECONDS", 60);
     let relay = Relay::start(c.addr())
         .await
         .map_err(|e| format!("relay: {e}"))?;
@@ -62,18 +62,18 @@ async fn measure(c: &Cluster) -> Result<String, String> {
 
     let mut report = String::new();
     let mut rows = Vec::new();
-    let mut peer_peak_kib: Option<f64> = None;
+    let mut peer_anon_kib: Option<f64> = None;
     let mut notes = Vec::new();
     for &n in &ns {
         let mut groups = Vec::new();
         for kind in [Kind::Bootlet, Kind::Peer] {
             let mut k = n;
             if kind == Kind::Peer {
-                let peak = peer_peak_kib.unwrap_or(64.0 * 1024.0);
+                let peak = peer_anon_kib.unwrap_or(64.0 * 1024.0);
                 k = crate::peers_that_fit(n, peak);
                 if k < n {
                     notes.push(format!(
-                        "N = {n}: {k} peers, not {n}: a peer's peak RSS is {:.1} MiB and \
+                        "N = {n}: {k} peers, not {n}: a peer's private memory (RssAnon) is {:.1} MiB and \
                          MemAvailable was {} MiB (margin REAL_MEM_MARGIN_MIB)",
                         peak / 1024.0,
                         crate::mem_available_kib() / 1024
@@ -93,7 +93,7 @@ async fn measure(c: &Cluster) -> Result<String, String> {
             )
             .await?;
             if kind == Kind::Peer {
-                peer_peak_kib = Some(g.end.hwm_kib_sum as f64 / g.n.max(1) as f64);
+                peer_anon_kib = Some(g.end.anon_kib_sum as f64 / g.n.max(1) as f64);
             }
             groups.push(g);
         }
@@ -229,6 +229,9 @@ fn rows_for(b: &Group, p: &Group) -> Vec<Row> {
         }),
         both("peak RSS, largest agent (VmHWM)", Unit::Mib, &|g| {
             Some(g.end.hwm_kib_max as f64)
+        }),
+        both("private memory per agent (mean RssAnon)", Unit::Mib, &|g| {
+            Some(g.end.anon_kib_sum as f64 / g.end.alive.max(1) as f64)
         }),
         both("requests per renewal", Unit::Num(2), &|g| {
             per(g, g.requests)

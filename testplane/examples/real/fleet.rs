@@ -52,14 +52,14 @@ async fn measure(c: &Cluster, n: usize) -> Result<String, String> {
     for (kind, want) in kinds {
         let k = match kind {
             Kind::Bootlet => want,
-            // Before any peer ran: a peer's RSS measured by `real bench` (~45 MiB), rounded up.
-            Kind::Peer => crate::peers_that_fit(want, peer_peak.unwrap_or(64.0 * 1024.0)),
+            // A peer's private memory (RssAnon) as `real bench` measured it (~30 MiB), rounded up.
+            Kind::Peer => crate::peers_that_fit(want, 40.0 * 1024.0),
         };
         if k < want {
             writeln!(
                 report,
                 "peer: {k} agents, not {want}: that is what fits in MemAvailable ({} MiB) \
-                 less the margin at ~64 MiB a peer\n",
+                 less the margin at 40 MiB of private memory a peer, with half added\n",
                 crate::mem_available_kib() / 1024
             )
             .ok();
@@ -125,10 +125,13 @@ async fn one_kind(
     let peak = b.agents.hwm_kib_sum as f64 / n as f64;
     writeln!(
         out,
-        "- RSS: {:.1} MiB in all, {:.1} MiB per agent (peak {:.1} MiB per agent)",
+        "- RSS: {:.1} MiB in all, {:.1} MiB per agent (peak {:.1} MiB per agent); private \
+         (RssAnon) {:.1} MiB per agent; MemAvailable {} MiB",
         b.agents.rss_kib_sum as f64 / 1024.0,
         b.agents.rss_kib_sum as f64 / 1024.0 / n as f64,
-        peak / 1024.0
+        peak / 1024.0,
+        b.agents.anon_kib_sum as f64 / 1024.0 / n as f64,
+        crate::mem_available_kib() / 1024
     )
     .ok();
 

@@ -6,6 +6,8 @@
 //! - `real bench` (`bash bench/run.sh --real`): N agents of each kind in turn (N = 100,
 //!   500), node-side and server-side figures per renewal and the ratio bootlet ÷ peer;
 //!   the table goes to stdout and `target/bench-real.md`.
+//! - `real rotation` (the rest of `run.sh --real`): the cost of one certificate rotation of
+//!   each kind, on a cluster signing 3-minute certificates; appended to `target/bench-real.md`.
 //! - `real fleet N` (`bash bench/fleet.sh N --real`): N agents of each kind in turn, then
 //!   kube-apiserver SIGKILLed and started again (the return spread, the first minute against
 //!   a steady one), then restarted with a low `--max-requests-inflight` (429s, pacing).
@@ -20,6 +22,7 @@ mod fleet;
 #[path = "../suite/procfs.rs"]
 mod procfs;
 mod relay;
+mod rotation;
 mod table;
 mod window;
 
@@ -52,11 +55,12 @@ pub fn mem_available_kib() -> u64 {
 }
 
 /// The most peers that fit: what is available now less `REAL_MEM_MARGIN_MIB` (4096), over
-/// a peer's peak RSS with a quarter added, at most `want`.
-pub fn peers_that_fit(want: usize, peer_peak_kib: f64) -> usize {
+/// a peer's private memory (RssAnon; the binary's file pages are shared by every peer) with
+/// half added, at most `want`.
+pub fn peers_that_fit(want: usize, peer_anon_kib: f64) -> usize {
     let margin = num("REAL_MEM_MARGIN_MIB", 4096) * 1024;
     let room = mem_available_kib().saturating_sub(margin) as f64;
-    let fit = (room / (peer_peak_kib.max(1.0) * 1.25)).floor() as usize;
+    let fit = (room / (peer_anon_kib.max(1.0) * 1.5)).floor() as usize;
     fit.clamp(1, want)
 }
 
@@ -101,11 +105,12 @@ fn main() {
     let result = rt.block_on(async {
         match args.first().map(String::as_str) {
             Some("bench") => bench::run().await,
+            Some("rotation") => rotation::run().await,
             Some("fleet") => {
                 let n = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(500);
                 fleet::run(n).await
             }
-            _ => Err("usage: real bench | real fleet N".into()),
+            _ => Err("usage: real bench | real rotation | real fleet N".into()),
         }
     });
     match result {
