@@ -69,7 +69,8 @@ async fn measure(c: &Cluster) -> Result<String, String> {
         for kind in [Kind::Bootlet, Kind::Peer] {
             let mut k = n;
             if kind == Kind::Peer {
-                let peak = peer_anon_kib.unwrap_or(64.0 * 1024.0);
+                let peak =
+                    peer_anon_kib.unwrap_or(crate::num("REAL_PEER_ANON_MIB", 24) as f64 * 1024.0);
                 k = crate::peers_that_fit(n, peak);
                 if k < n {
                     notes.push(format!(

@@ -52,14 +52,16 @@ async fn measure(c: &Cluster, n: usize) -> Result<String, String> {
     for (kind, want) in kinds {
         let k = match kind {
             Kind::Bootlet => want,
-            // A peer's private memory (RssAnon) as `real bench` measured it (~30 MiB), rounded up.
-            Kind::Peer => crate::peers_that_fit(want, 40.0 * 1024.0),
+            // A peer's private memory (RssAnon) before any ran: `real bench` measured ~16 MiB.
+            Kind::Peer => {
+                crate::peers_that_fit(want, crate::num("REAL_PEER_ANON_MIB", 24) as f64 * 1024.0)
+            }
         };
         if k < want {
             writeln!(
                 report,
                 "peer: {k} agents, not {want}: that is what fits in MemAvailable ({} MiB) \
-                 less the margin at 40 MiB of private memory a peer, with half added\n",
+                 less the margin at REAL_PEER_ANON_MIB (24) of private memory a peer, with half added\n",
                 crate::mem_available_kib() / 1024
             )
             .ok();
