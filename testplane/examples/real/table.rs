@@ -48,7 +48,7 @@ impl Row {
     pub fn ratio(&self) -> Option<f64> {
         match (self.bootlet, self.peer) {
             (Some(b), Some(p)) if p > 0.0 => Some(b / p),
-            (Some(b), Some(_)) if b == 0.0 => Some(1.0),
+            (Some(b), Some(_)) => (b == 0.0).then_some(1.0),
             _ => None,
         }
     }
