@@ -33,22 +33,22 @@ struct Group {
 }
 
 pub async fn run() -> Result<String, String> {
-    let c = crate::cluster("bench-real").await?;
+    let c = crate::setup::cluster("bench-real").await?;
     let result = measure(&c).await;
     c.shutdown().await;
     result
 }
 
 async fn measure(c: &Cluster) -> Result<String, String> {
-    let bins = crate::bins(c)?;
+    let bins = crate::setup::bins(c)?;
     let ns: Vec<usize> = std::env::var("REAL_NS")
         .unwrap_or_else(|_| "100,500".into())
         .split(',')
         .filter_map(|v| v.trim().parse().ok())
         .collect();
-    let steady = crate::secs("REAL_STEADY_SECONDS", 60);
-    let settle = crate::secs("REAL_SETTLE_SECONDS", 30);
-    let idle_secs = crate::secs("REAL_IDLE_SECONDS", 60);
+    let steady = crate::setup::secs("REAL_STEADY_SECONDS", 60);
+    let settle = crate::setup::secs("REAL_SETTLE_SECONDS", 30);
+    let idle_secs = crate::setup::secs("REAL_IDLE_SECONDS", 60);
     let relay = Relay::start(c.addr())
         .await
         .map_err(|e| format!("relay: {e}"))?;
@@ -69,15 +69,15 @@ async fn measure(c: &Cluster) -> Result<String, String> {
         for kind in [Kind::Bootlet, Kind::Peer] {
             let mut k = n;
             if kind == Kind::Peer {
-                let peak =
-                    peer_anon_kib.unwrap_or(crate::num("REAL_PEER_ANON_MIB", 24) as f64 * 1024.0);
-                k = crate::peers_that_fit(n, peak);
+                let peak = peer_anon_kib
+                    .unwrap_or(crate::setup::num("REAL_PEER_ANON_MIB", 24) as f64 * 1024.0);
+                k = crate::setup::peers_that_fit(n, peak);
                 if k < n {
                     notes.push(format!(
                         "N = {n}: {k} peers, not {n}: a peer's private memory (RssAnon) is {:.1} MiB and \
                          MemAvailable was {} MiB (margin REAL_MEM_MARGIN_MIB)",
                         peak / 1024.0,
-                        crate::mem_available_kib() / 1024
+                        crate::setup::mem_available_kib() / 1024
                     ));
                 }
             }

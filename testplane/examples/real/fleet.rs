@@ -27,14 +27,14 @@ const MINUTE: Duration = Duration::from_secs(60);
 const RETURN_WATCH: Duration = Duration::from_secs(45);
 
 pub async fn run(n: usize) -> Result<String, String> {
-    let c = crate::cluster("fleet-real").await?;
+    let c = crate::setup::cluster("fleet-real").await?;
     let result = measure(&c, n).await;
     c.shutdown().await;
     result
 }
 
 async fn measure(c: &Cluster, n: usize) -> Result<String, String> {
-    let bins = crate::bins(c)?;
+    let bins = crate::setup::bins(c)?;
     let relay = Relay::start(c.addr())
         .await
         .map_err(|e| format!("relay: {e}"))?;
@@ -44,7 +44,7 @@ async fn measure(c: &Cluster, n: usize) -> Result<String, String> {
         c.release()
     );
     let mut kinds = vec![(Kind::Bootlet, n)];
-    if crate::num("FLEET_REAL_PEER", 1) != 0 {
+    if crate::setup::num("FLEET_REAL_PEER", 1) != 0 {
         kinds.push((Kind::Peer, n));
     }
     let mut peer_peak: Option<f64> = None;
@@ -53,16 +53,17 @@ async fn measure(c: &Cluster, n: usize) -> Result<String, String> {
         let k = match kind {
             Kind::Bootlet => want,
             // A peer's private memory (RssAnon) before any ran: `real bench` measured ~16 MiB.
-            Kind::Peer => {
-                crate::peers_that_fit(want, crate::num("REAL_PEER_ANON_MIB", 24) as f64 * 1024.0)
-            }
+            Kind::Peer => crate::setup::peers_that_fit(
+                want,
+                crate::setup::num("REAL_PEER_ANON_MIB", 24) as f64 * 1024.0,
+            ),
         };
         if k < want {
             writeln!(
                 report,
                 "peer: {k} agents, not {want}: that is what fits in MemAvailable ({} MiB) \
                  less the margin at REAL_PEER_ANON_MIB (24) of private memory a peer, with half added\n",
-                crate::mem_available_kib() / 1024
+                crate::setup::mem_available_kib() / 1024
             )
             .ok();
         }
@@ -133,7 +134,7 @@ async fn one_kind(
         b.agents.rss_kib_sum as f64 / 1024.0 / n as f64,
         peak / 1024.0,
         b.agents.anon_kib_sum as f64 / 1024.0 / n as f64,
-        crate::mem_available_kib() / 1024
+        crate::setup::mem_available_kib() / 1024
     )
     .ok();
 
@@ -176,8 +177,8 @@ async fn one_kind(
     .ok();
 
     // API Priority and Fairness with a couple of seats.
-    let inflight = crate::num("FLEET_REAL_INFLIGHT", 1);
-    let mutating = crate::num("FLEET_REAL_MUTATING_INFLIGHT", 1);
+    let inflight = crate::setup::num("FLEET_REAL_INFLIGHT", 1);
+    let mutating = crate::setup::num("FLEET_REAL_MUTATING_INFLIGHT", 1);
     let orig = c.component_args(API).await.ok_or("no kube-apiserver")?;
     let mut low = orig.clone();
     low.push(format!("--max-requests-inflight={inflight}"));
@@ -216,7 +217,7 @@ async fn one_kind(
 }
 
 fn secs_of(name: &str, default: u64) -> Duration {
-    crate::secs(name, default)
+    crate::setup::secs(name, default)
 }
 
 /// Node requests a fresh API server counted up to this mark (its counters start at 0).

@@ -40,7 +40,7 @@ struct Cost {
 pub async fn run() -> Result<String, String> {
     let dir = std::path::absolute("target/rotation-real-state").map_err(|e| e.to_string())?;
     let mut opts = Options::new(dir);
-    opts.cert_ttl = crate::secs("REAL_ROTATION_CERT_SECONDS", 180);
+    opts.cert_ttl = crate::setup::secs("REAL_ROTATION_CERT_SECONDS", 180);
     eprintln!(
         "rotation: starting a cluster signing {:?} certificates",
         opts.cert_ttl
@@ -54,12 +54,12 @@ pub async fn run() -> Result<String, String> {
 }
 
 async fn measure(c: &Cluster) -> Result<String, String> {
-    let bins = crate::bins(c)?;
+    let bins = crate::setup::bins(c)?;
     let relay = Relay::start(c.addr())
         .await
         .map_err(|e| format!("relay: {e}"))?;
     let root = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
-    let n = crate::num("REAL_ROTATION_N", 10) as usize;
+    let n = crate::setup::num("REAL_ROTATION_N", 10) as usize;
     let mut costs = Vec::new();
     for kind in [Kind::Bootlet, Kind::Peer] {
         costs.push(one(c, &bins, &relay, root.path(), kind, n).await?);
@@ -86,7 +86,7 @@ async fn measure(c: &Cluster) -> Result<String, String> {
     ];
     let mut out = format!(
         "\n## One client certificate rotation, {n} agents of each kind ({} certificates)\n\n",
-        crate::secs("REAL_ROTATION_CERT_SECONDS", 180).as_secs()
+        crate::setup::secs("REAL_ROTATION_CERT_SECONDS", 180).as_secs()
     );
     out.push_str(&render(&rows));
     writeln!(out, "\n- per rotation, net of the window's Lease renewals at the cost of a renewal measured just before; kube-apiserver's figure includes kube-controller-manager's approval and signing requests").ok();
