@@ -18,6 +18,7 @@ mod agents;
 mod apimetrics;
 mod bench;
 mod fleet;
+mod fleet_report;
 #[allow(dead_code)] // shared with the suite, which uses all of it
 #[path = "../suite/procfs.rs"]
 mod procfs;
