@@ -18,10 +18,11 @@ use crate::relay::Relay;
 use crate::table::{render, Row, Unit};
 use crate::window::{between, mark, Figures};
 
-/// From all certificates on disk to the Lease-only window's start, and its length: it ends
-/// before the earliest rotation (36 s after issuance).
-const SETTLE: Duration = Duration::from_secs(4);
-const LEASE_ONLY: Duration = Duration::from_secs(26);
+/// From all certificates on disk to the Lease-only window's start (past the Lease's create
+/// and the owner lookup), and its length: it ends before the earliest rotation (36 s after
+/// issuance).
+const SETTLE: Duration = Duration::from_secs(10);
+const LEASE_ONLY: Duration = Duration::from_secs(20);
 /// Bound on every agent rotating once.
 const ROTATE_LIMIT: Duration = Duration::from_secs(240);
 
