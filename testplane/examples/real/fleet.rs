@@ -42,7 +42,10 @@ async fn measure(c: &Cluster, n: usize) -> Result<String, String> {
         "# fleet on the real cluster (Kubernetes {}), N = {n} requested\n\n",
         c.release()
     );
-    let mut kinds = vec![(Kind::Bootlet, n)];
+    let mut kinds = vec![];
+    if crate::setup::num("FLEET_REAL_BOOTLET", 1) != 0 {
+        kinds.push((Kind::Bootlet, n));
+    }
     if crate::setup::num("FLEET_REAL_PEER", 1) != 0 {
         kinds.push((Kind::Peer, n));
     }
