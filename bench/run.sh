@@ -7,8 +7,21 @@
 #     BENCH_BASELINE_SECONDS=20 bash bench/run.sh      # a quick look, under a minute
 # The table is also written to target/bench-table.md. Exit status 2 on a harness error only;
 # a missed budget prints FAIL.
+#   bash bench/run.sh --real                           # on a real cluster, beside the kubelet's code (~25 min)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# --real: bootlet beside the kubelet's own identity code (kube kubelet-identity) on a real
+# cluster (testplane/examples/real/, bench/README.md "run.sh --real"); the table goes to
+# target/bench-real.md.
+if [ "${1:-}" = "--real" ]; then
+  cargo build --quiet --release -p bootlet --bin bootlet
+  cargo build --quiet --release -p bootlet-testplane --example real
+  mkdir -p target
+  ulimit -n 65536 2>/dev/null || true
+  ./target/release/examples/real bench
+  exec ./target/release/examples/real rotation
+fi
 
 command -v openssl >/dev/null || { echo "bench: openssl is not on PATH" >&2; exit 2; }
 if [ -z "${KUBECTL:-}" ]; then

@@ -318,8 +318,14 @@ impl Cluster {
 
     /// A bootstrap kubeconfig for `token`, as `kubeadm join` writes it.
     pub fn kubeconfig_for_token(&self, token: &str) -> String {
+        self.kubeconfig_for_token_at(&self.url(), token)
+    }
+
+    /// `kubeconfig_for_token` naming another server address (a relay in front of this
+    /// API server, as the benches put one to count a subject's bytes and connections).
+    pub fn kubeconfig_for_token_at(&self, server: &str, token: &str) -> String {
         crate::kubeconfig::with_token_in(
-            &self.url(),
+            server,
             self.ca_pem(),
             "kubernetes",
             "tls-bootstrap-token-user",
@@ -439,6 +445,26 @@ impl Cluster {
         {
             Some(p) => {
                 p.signal(sig);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The flags a component starts with.
+    pub async fn component_args(&self, name: &str) -> Option<Vec<String>> {
+        let components = self.components.lock().await;
+        Some(components.iter().find(|c| c.name == name)?.args.clone())
+    }
+
+    /// Replace the flags a component starts with next (`start_component`): kube-apiserver
+    /// with a lower `--max-requests-inflight`, say, as a reconfiguration restarts it.
+    /// Returns false for an unknown component.
+    pub async fn set_component_args(&self, name: &str, args: Vec<String>) -> bool {
+        let mut components = self.components.lock().await;
+        match components.iter_mut().find(|c| c.name == name) {
+            Some(c) => {
+                c.args = args;
                 true
             }
             None => false,

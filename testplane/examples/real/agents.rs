@@ -1,0 +1,287 @@
+//! N agents of one kind started together, each a fresh node: its own directory (bootstrap
+//! kubeconfig in, cert dir and kubeconfig out, its log), its Node object created first as
+//! the kubelet's registration would have, start → certificate on disk timed, CPU over every
+//! thread and memory read from /proc, SIGTERM for all at the end. Only processes started
+//! here are touched.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use serde_json::json;
+use testplane::kube::{procs::Proc, Cluster};
+use testplane::sched::status_kib;
+use tokio::time::Instant;
+
+use crate::procfs::ThreadLedger;
+
+/// Which identity code runs on the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `bootlet run`.
+    Bootlet,
+    /// `kube kubelet-identity`: the kubelet's TLS bootstrap, certificate manager and Lease
+    /// controller at the cluster's release.
+    Peer,
+}
+
+impl Kind {
+    pub fn label(self) -> &'static str {
+        match self {
+            Kind::Bootlet => "bootlet",
+            Kind::Peer => "peer",
+        }
+    }
+}
+
+pub struct Agent {
+    pub name: String,
+    proc: Option<Proc>,
+    pid: u32,
+    spawned: Instant,
+    dir: PathBuf,
+    /// Process start → `kubelet-client-current.pem` in its cert dir.
+    pub cert_after: Option<Duration>,
+    ledger: ThreadLedger,
+}
+
+/// CPU and memory over a group of agents at one moment.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sample {
+    pub cpu_ns: u64,
+    pub wakeups: u64,
+    pub rss_kib_sum: u64,
+    pub rss_kib_max: u64,
+    pub hwm_kib_sum: u64,
+    pub hwm_kib_max: u64,
+    /// Private memory (RssAnon: heap, stacks; not the binary's shared file pages).
+    pub anon_kib_sum: u64,
+    pub alive: usize,
+}
+
+pub struct Agents {
+    pub kind: Kind,
+    pub agents: Vec<Agent>,
+}
+
+/// The binaries the agents run.
+pub struct Bins {
+    pub bootlet: PathBuf,
+    pub kube: PathBuf,
+}
+
+// === impl Agents ===
+
+impl Agents {
+    /// Create `n` Node objects (label `bench=PREFIX`), then start `n` agents of `kind`
+    /// under `root`, all with `bootstrap` as their bootstrap kubeconfig.
+    pub async fn start(
+        c: &Cluster,
+        bins: &Bins,
+        kind: Kind,
+        n: usize,
+        prefix: &str,
+        root: &Path,
+        bootstrap: &str,
+    ) -> Result<Agents, String> {
+        let names: Vec<String> = (0..n).map(|i| format!("{prefix}-{i:04}")).collect();
+        create_nodes(c, &names, prefix).await?;
+        let mut agents = Vec::with_capacity(n);
+        for name in names {
+            let dir = root.join(&name);
+            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            let boot = dir.join("bootstrap-kubelet.conf");
+            std::fs::write(&boot, bootstrap).map_err(|e| format!("{}: {e}", boot.display()))?;
+            let p = |f: &str| dir.join(f).to_string_lossy().into_owned();
+            let args: Vec<String> = [
+                "--bootstrap-kubeconfig",
+                &p("bootstrap-kubelet.conf"),
+                "--kubeconfig",
+                &p("kubelet.conf"),
+                "--cert-dir",
+                &p("pki"),
+                "--node-name",
+                &name,
+                "--metrics-bind-address",
+                "off",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            let spawned = Instant::now();
+            let proc = match kind {
+                Kind::Bootlet => {
+                    Proc::spawn_env(&bins.bootlet, &dir, "run", args, &[("RUST_LOG", "warn")])
+                }
+                Kind::Peer => Proc::spawn(&bins.kube, &dir, "kubelet-identity", args),
+            }
+            .map_err(|e| format!("start {name}: {e}"))?;
+            let pid = proc.pid().ok_or_else(|| format!("{name}: no pid"))?;
+            agents.push(Agent {
+                name,
+                proc: Some(proc),
+                pid,
+                spawned,
+                dir,
+                cert_after: None,
+                ledger: ThreadLedger::new(pid),
+            });
+        }
+        Ok(Agents { kind, agents })
+    }
+
+    /// Until every agent has its certificate on disk, bounded by `limit`.
+    pub async fn wait_certs(&mut self, limit: Duration) -> Result<(), String> {
+        let until = Instant::now() + limit;
+        loop {
+            let mut missing = 0;
+            for a in self.agents.iter_mut().filter(|a| a.cert_after.is_none()) {
+                if a.dir.join("pki/kubelet-client-current.pem").exists() {
+                    a.cert_after = Some(a.spawned.elapsed());
+                } else {
+                    missing += 1;
+                }
+            }
+            if missing == 0 {
+                return Ok(());
+            }
+            self.check_alive()?;
+            if Instant::now() >= until {
+                return Err(format!(
+                    "{missing} of {} {} agents have no certificate after {limit:?}",
+                    self.agents.len(),
+                    self.kind.label()
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Each agent's current client certificate file (empty when unreadable).
+    pub fn cert_pems(&self) -> Vec<Vec<u8>> {
+        self.agents
+            .iter()
+            .map(|a| {
+                std::fs::read(a.dir.join("pki/kubelet-client-current.pem")).unwrap_or_default()
+            })
+            .collect()
+    }
+
+    /// An agent that exited, as an error with its log's tail.
+    pub fn check_alive(&mut self) -> Result<(), String> {
+        for a in &mut self.agents {
+            if let Some(p) = a.proc.as_mut() {
+                if let Some(status) = p.exited() {
+                    return Err(format!("{} exited ({status}):\n{}", a.name, p.tail(20)));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Read every agent's threads (call every few seconds so exiting threads keep their
+    /// time) and memory.
+    pub fn sample(&mut self) -> Sample {
+        let mut s = Sample::default();
+        for a in &mut self.agents {
+            let cpu = a.ledger.refresh();
+            s.cpu_ns += cpu.ns;
+            s.wakeups += cpu.wakeups;
+            let rss = status_kib(a.pid, "VmRSS:");
+            let hwm = status_kib(a.pid, "VmHWM:").unwrap_or(0);
+            s.anon_kib_sum += status_kib(a.pid, "RssAnon:").unwrap_or(0);
+            if rss.is_some() {
+                s.alive += 1;
+            }
+            let rss = rss.unwrap_or(0);
+            s.rss_kib_sum += rss;
+            s.rss_kib_max = s.rss_kib_max.max(rss);
+            s.hwm_kib_sum += hwm;
+            s.hwm_kib_max = s.hwm_kib_max.max(hwm);
+        }
+        s
+    }
+
+    /// Sample every `every` for `dur`; returns the last sample (an agent that dies fails).
+    pub async fn hold(&mut self, dur: Duration, every: Duration) -> Result<Sample, String> {
+        let until = Instant::now() + dur;
+        loop {
+            let now = Instant::now();
+            if now >= until {
+                return Ok(self.sample());
+            }
+            tokio::time::sleep((until - now).min(every)).await;
+            self.check_alive()?;
+            self.sample();
+        }
+    }
+
+    /// Lines of every agent's log containing `needle`.
+    pub fn log_lines(&self, needle: &str) -> usize {
+        self.agents
+            .iter()
+            .filter_map(|a| a.proc.as_ref())
+            .map(|p| {
+                std::fs::read_to_string(&p.log)
+                    .unwrap_or_default()
+                    .lines()
+                    .filter(|l| l.contains(needle))
+                    .count()
+            })
+            .sum()
+    }
+
+    /// Every log line of every agent.
+    pub fn log_total(&self) -> usize {
+        self.log_lines("")
+    }
+
+    /// SIGTERM to all at once, then reap each (bounded, then SIGKILL).
+    pub async fn stop(mut self) {
+        for a in &self.agents {
+            if let Some(p) = &a.proc {
+                p.signal("TERM");
+            }
+        }
+        for a in &mut self.agents {
+            if let Some(p) = a.proc.take() {
+                p.stop().await;
+            }
+        }
+    }
+}
+
+/// POST a Node per name (labelled `bench=LABEL`), eight at a time.
+async fn create_nodes(c: &Cluster, names: &[String], label: &str) -> Result<(), String> {
+    let results: Vec<Result<(), String>> = futures_util::stream::iter(names)
+        .map(|name| async move {
+            let body = json!({"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": {"bench": label}}});
+            match c.api("POST", "/api/v1/nodes", Some(&body)).await {
+                Ok((201 | 409, _)) => Ok(()),
+                Ok((code, text)) => Err(format!("POST Node {name}: HTTP {code}: {text:.200}")),
+                Err(e) => Err(format!("POST Node {name}: {e}")),
+            }
+        })
+        .buffer_unordered(8)
+        .collect()
+        .await;
+    results.into_iter().collect()
+}
+
+/// Delete the Nodes labelled `bench=LABEL` and every node Lease (kube-node-lease holds only
+/// the bench's), so the next group starts on a cluster as empty as the first.
+pub async fn delete_nodes(c: &Cluster, label: &str) -> Result<(), String> {
+    let paths = [
+        format!("/api/v1/nodes?labelSelector=bench%3D{label}"),
+        "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases".to_string(),
+    ];
+    for path in paths {
+        match c.api("DELETE", &path, None).await {
+            Ok((200, _)) => {}
+            Ok((code, text)) => return Err(format!("DELETE {path}: HTTP {code}: {text:.200}")),
+            Err(e) => return Err(format!("DELETE {path}: {e}")),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,72 @@
+//! What every part of the driver shares: knobs from the environment, the memory the peers
+//! may take, the cluster's start and the binaries the agents run.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use testplane::kube::{Cluster, Options};
+
+use crate::agents::Bins;
+
+/// A number from the environment, or `default`.
+pub fn num(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+}
+
+pub fn secs(name: &str, default: u64) -> Duration {
+    Duration::from_secs(num(name, default))
+}
+
+/// MemAvailable from /proc/meminfo, in KiB.
+pub fn mem_available_kib() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The most peers that fit: what is available now less `REAL_MEM_MARGIN_MIB` (4096), over
+/// a peer's private memory (RssAnon; the binary's file pages are shared by every peer) with
+/// half added, at most `want`.
+pub fn peers_that_fit(want: usize, peer_anon_kib: f64) -> usize {
+    let margin = num("REAL_MEM_MARGIN_MIB", 4096) * 1024;
+    let room = mem_available_kib().saturating_sub(margin) as f64;
+    let fit = (room / (peer_anon_kib.max(1.0) * 1.5)).floor() as usize;
+    fit.clamp(1, want)
+}
+
+/// Start the cluster for a run, state under `target/NAME-state`.
+pub async fn cluster(name: &str) -> Result<Cluster, String> {
+    let dir = PathBuf::from("target").join(format!("{name}-state"));
+    let dir = std::path::absolute(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    eprintln!(
+        "real: starting etcd, kube-apiserver, kube-controller-manager under {}",
+        dir.display()
+    );
+    let c = Cluster::start(Options::new(dir))
+        .await
+        .map_err(|e| format!("start the cluster: {e}"))?;
+    eprintln!("real: Kubernetes {} at {}", c.release(), c.url());
+    Ok(c)
+}
+
+pub fn bins(c: &Cluster) -> Result<Bins, String> {
+    let bootlet = std::env::var_os("BOOTLET_BIN")
+        .map_or_else(|| PathBuf::from("target/release/bootlet"), PathBuf::from);
+    let bootlet = std::path::absolute(&bootlet).map_err(|e| e.to_string())?;
+    if !bootlet.exists() {
+        return Err(format!(
+            "{}: no such file (cargo build --release)",
+            bootlet.display()
+        ));
+    }
+    Ok(Bins {
+        bootlet,
+        kube: c.bin().to_path_buf(),
+    })
+}
