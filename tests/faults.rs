@@ -12,7 +12,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::{plane, wait_event, Agent, NodeDir};
+use support::{lease_requests, plane, wait_event, Agent, NodeDir};
 use testplane::{AcceptMode, Approval, Event, RequestRecord, TestPlane};
 use tokio::time::Instant;
 
@@ -35,15 +35,6 @@ fn args(node: &NodeDir, name: &str, extra: &[&str]) -> Vec<String> {
             .map(|s| s.to_string()),
     );
     a
-}
-
-/// Requests `node` made about its Lease, in order.
-fn lease_requests(tp: &TestPlane, node: &str) -> Vec<RequestRecord> {
-    let user = format!("system:node:{node}");
-    tp.requests()
-        .into_iter()
-        .filter(|r| r.user == user && r.path.contains("/leases"))
-        .collect()
 }
 
 /// CSR requests of any kind (create, get, list, watch).

@@ -7,8 +7,8 @@ mod support;
 
 use std::time::Duration;
 
-use support::{plane, wait_event, Agent, NodeDir};
-use testplane::{Event, RequestRecord, TestPlane};
+use support::{lease_requests, plane, wait_event, Agent, NodeDir};
+use testplane::{Event, RequestRecord};
 
 const HOUR: Duration = Duration::from_secs(3600);
 const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
@@ -29,15 +29,6 @@ fn args(node: &NodeDir, name: &str, interval: &str, extra: &[&str]) -> Vec<Strin
         .map(|s| s.to_string()),
     );
     a
-}
-
-/// Every Lease request by `node` (reads and writes), in order.
-fn lease_requests(tp: &TestPlane, node: &str) -> Vec<RequestRecord> {
-    let user = format!("system:node:{node}");
-    tp.requests()
-        .into_iter()
-        .filter(|r| r.user == user && r.path.contains("/leases"))
-        .collect()
 }
 
 fn is_write(r: &RequestRecord) -> bool {

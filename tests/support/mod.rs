@@ -385,3 +385,12 @@ pub async fn black_hole() -> (
     assert!(probe.is_err(), "{addr} answers: no black hole on this host");
     (addr, listener, held)
 }
+
+/// Every request `node` made about its Lease (reads and writes), in order.
+pub fn lease_requests(tp: &TestPlane, node: &str) -> Vec<testplane::RequestRecord> {
+    let user = format!("system:node:{node}");
+    tp.requests()
+        .into_iter()
+        .filter(|r| r.user == user && r.path.contains("/leases"))
+        .collect()
+}

@@ -73,6 +73,25 @@ pub struct Bins {
 // === impl Agents ===
 
 impl Agents {
+    /// A fresh bootstrap token, its kubeconfig pointing at `server` (the relay), and `n`
+    /// agents of `kind` joining with it ([`Agents::start`]).
+    pub async fn join(
+        c: &Cluster,
+        bins: &Bins,
+        server: std::net::SocketAddr,
+        kind: Kind,
+        n: usize,
+        prefix: &str,
+        root: &Path,
+    ) -> Result<Agents, String> {
+        let token = c
+            .create_token(testplane::kube::TOKEN_TTL)
+            .await
+            .map_err(|e| format!("a bootstrap token: {e}"))?;
+        let boot = c.kubeconfig_for_token_at(&format!("https://{server}"), &token);
+        Agents::start(c, bins, kind, n, prefix, root, &boot).await
+    }
+
     /// Create `n` Node objects (label `bench=PREFIX`), then start `n` agents of `kind`
     /// under `root`, all with `bootstrap` as their bootstrap kubeconfig.
     pub async fn start(

@@ -150,12 +150,7 @@ async fn group(
 ) -> Result<Group, String> {
     let prefix = format!("{}-{n}", kind.label());
     eprintln!("real: {n} {} agents starting", kind.label());
-    let token = c
-        .create_token(testplane::kube::TOKEN_TTL)
-        .await
-        .map_err(|e| format!("a bootstrap token: {e}"))?;
-    let boot = c.kubeconfig_for_token_at(&format!("https://{}", relay.addr), &token);
-    let mut agents = Agents::start(c, bins, kind, n, &prefix, root, &boot).await?;
+    let mut agents = Agents::join(c, bins, relay.addr, kind, n, &prefix, root).await?;
     agents.wait_certs(CERT_LIMIT).await?;
     let certs: Vec<f64> = agents
         .agents

@@ -103,14 +103,9 @@ async fn one_kind(
     let label = kind.label();
     let prefix = format!("fleet-{label}");
     let mut out = format!("## {n} × {label}\n\n");
-    let token = c
-        .create_token(testplane::kube::TOKEN_TTL)
-        .await
-        .map_err(|e| format!("a bootstrap token: {e}"))?;
-    let boot = c.kubeconfig_for_token_at(&format!("https://{}", relay.addr), &token);
     let started = Instant::now();
     eprintln!("fleet-real: {n} {label} agents starting");
-    let mut agents = Agents::start(c, bins, kind, n, &prefix, root, &boot).await?;
+    let mut agents = Agents::join(c, bins, relay.addr, kind, n, &prefix, root).await?;
     agents.wait_certs(CERT_LIMIT).await?;
     writeln!(
         out,

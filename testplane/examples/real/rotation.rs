@@ -108,12 +108,7 @@ async fn one(
 ) -> Result<Cost, String> {
     let prefix = format!("rot-{}", kind.label());
     eprintln!("rotation: {n} {} agents", kind.label());
-    let token = c
-        .create_token(testplane::kube::TOKEN_TTL)
-        .await
-        .map_err(|e| format!("a bootstrap token: {e}"))?;
-    let boot = c.kubeconfig_for_token_at(&format!("https://{}", relay.addr), &token);
-    let mut agents = Agents::start(c, bins, kind, n, &prefix, root, &boot).await?;
+    let mut agents = Agents::join(c, bins, relay.addr, kind, n, &prefix, root).await?;
     agents.wait_certs(Duration::from_secs(120)).await?;
     let first = agents.cert_pems();
     agents.hold(SETTLE, Duration::from_secs(1)).await?;
