@@ -157,14 +157,14 @@ impl LeaseLoop {
         // that does not complete leaves no connection behind, so the next renewal opens a
         // fresh one at once. Quiet stretches are covered by TCP keepalive in the kernel.
         // JSON once this process has seen the server refuse protobuf, by an earlier loop too.
-        let wire = match health.snapshot().lease.json {
-            true => LeaseWire::Json,
-            false => r.cfg.wire,
+        let wire = if health.snapshot().lease.json {
+            LeaseWire::Json
+        } else {
+            r.cfg.wire
         };
         let mut conn = Connection::new(&clients.borrow_and_update()).with_lease_wire(wire);
         METRICS.lease_protobuf(wire == LeaseWire::Protobuf);
-        let mut json = wire == LeaseWire::Json;
-        health.update(|s| s.lease.json = json);
+        health.update(|s| s.lease.json = wire == LeaseWire::Json);
         let phase: f64 = rand::rng().random();
         let mut ticker = Ticker::new();
         loop {
@@ -217,6 +217,7 @@ impl LeaseLoop {
                 bystander = None;
             }
             let started = Instant::now();
+            let wire_before = conn.lease_wire();
             let result = tokio::select! {
                 result = r.renew_in_period(&mut conn, at + interval) => result,
                 () = ticker.sleep_until(at + budget) => Err(RenewError::NoAnswer {
@@ -225,9 +226,8 @@ impl LeaseLoop {
                 }),
             };
             METRICS.lease_renewal(result.is_ok(), started.elapsed());
-            if !json && conn.lease_wire() == LeaseWire::Json {
+            if conn.lease_wire() != wire_before {
                 // The connection fell back to JSON (it logged why): for good.
-                json = true;
                 health.update(|s| s.lease.json = true);
             }
             match result {

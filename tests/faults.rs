@@ -12,7 +12,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::{lease_requests, plane, wait_event, Agent, NodeDir};
+use support::{lease_requests, lease_writes, plane, wait_event, Agent, NodeDir};
 use testplane::{AcceptMode, Approval, Event, RequestRecord, TestPlane};
 use tokio::time::Instant;
 
@@ -62,26 +62,13 @@ fn log_len(agent: &Agent) -> usize {
     agent.log().lines().count()
 }
 
-/// Wait for `n` renewals of `node`'s Lease.
-async fn renewals(events: &mut tokio::sync::broadcast::Receiver<Event>, node: &str, n: usize) {
-    for _ in 0..n {
-        wait_event(events, |e| match e {
-            Event::LeaseRenewed { name, .. } | Event::LeaseCreated { name, .. } if name == node => {
-                Some(())
-            }
-            _ => None,
-        })
-        .await;
-    }
-}
-
 /// How long after now the next renewal of `node` lands.
 async fn next_renewal(
     events: &mut tokio::sync::broadcast::Receiver<Event>,
     node: &str,
 ) -> Duration {
     let back = Instant::now();
-    renewals(events, node, 1).await;
+    lease_writes(events, node, 1).await;
     back.elapsed()
 }
 
@@ -120,7 +107,7 @@ async fn renewing(
     let node = NodeDir::new(&tp.bootstrap_kubeconfig());
     let mut events = tp.events();
     let agent = Agent::spawn(&args(&node, name, &[]));
-    renewals(&mut events, name, 2).await;
+    lease_writes(&mut events, name, 2).await;
     (tp, node, agent, events)
 }
 

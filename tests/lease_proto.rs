@@ -7,7 +7,7 @@ mod support;
 
 use std::time::Duration;
 
-use support::{lease_requests, plane, wait_event, Agent, NodeDir};
+use support::{lease_requests, lease_writes, plane, wait_event, Agent, NodeDir};
 use testplane::{Event, RequestRecord};
 
 const HOUR: Duration = Duration::from_secs(3600);
@@ -35,29 +35,16 @@ fn is_write(r: &RequestRecord) -> bool {
     r.method == "PUT" || r.method == "POST"
 }
 
-/// Wait for `n` Lease writes by `node` that the testplane applied (create or update).
-async fn writes(events: &mut tokio::sync::broadcast::Receiver<Event>, node: &str, n: usize) {
-    for _ in 0..n {
-        wait_event(events, |e| match e {
-            Event::LeaseRenewed { name, .. } | Event::LeaseCreated { name, .. } if name == node => {
-                Some(())
-            }
-            _ => None,
-        })
-        .await;
-    }
-}
-
 #[tokio::test]
 async fn protobuf_is_what_goes_on_the_wire_by_default() {
     let tp = plane(HOUR).await;
     let node = NodeDir::new(&tp.bootstrap_kubeconfig());
     let mut events = tp.events();
     let agent = Agent::spawn(&args(&node, "pb", "200ms", &[]));
-    writes(&mut events, "pb", 3).await;
+    lease_writes(&mut events, "pb", 3).await;
     // A 409 (answered as a protobuf Status): bootlet re-reads the Lease and writes again.
     tp.faults().lease_conflict_once();
-    writes(&mut events, "pb", 3).await;
+    lease_writes(&mut events, "pb", 3).await;
     let (status, log) = agent.terminate().await;
     assert!(status.success(), "{log}");
 
@@ -101,14 +88,14 @@ async fn a_deleted_lease_comes_back_through_protobuf_errors() {
     let node = NodeDir::new(&tp.bootstrap_kubeconfig());
     let mut events = tp.events();
     let agent = Agent::spawn(&args(&node, "gone", "200ms", &[]));
-    writes(&mut events, "gone", 3).await;
+    lease_writes(&mut events, "gone", 3).await;
     tp.delete_lease("kube-node-lease", "gone").unwrap();
     wait_event(&mut events, |e| match e {
         Event::LeaseCreated { name, .. } if name == "gone" => Some(()),
         _ => None,
     })
     .await;
-    writes(&mut events, "gone", 2).await;
+    lease_writes(&mut events, "gone", 2).await;
     let (status, log) = agent.terminate().await;
     assert!(status.success(), "{log}");
     let requests = lease_requests(&tp, "gone");
@@ -147,7 +134,7 @@ async fn a_server_that_refuses_protobuf_gets_one_refused_request_then_json() {
         .unwrap();
     a[at + 1] = "127.0.0.1:0".into();
     let agent = Agent::spawn(&a);
-    writes(&mut events, "refused", 5).await;
+    lease_writes(&mut events, "refused", 5).await;
     let addr = support::metrics_address(&agent).await;
     let (_, metrics) = support::http(addr, "GET", "/metrics").await;
     let (status, log) = agent.terminate().await;
@@ -194,13 +181,13 @@ async fn the_fallback_outlives_a_lease_loop_restarted_by_a_reload() {
     a.push("--test-short-lease-interval".into());
     let mut events = tp.events();
     let agent = Agent::spawn(&a);
-    writes(&mut events, "reloaded", 3).await;
+    lease_writes(&mut events, "reloaded", 3).await;
     // A new cadence restarts the Lease loop; the server still refuses protobuf.
     std::fs::write(&config, "leaseRenewInterval: 200ms\nleaseDuration: 40s\n").unwrap();
     support::signal(agent.pid(), "HUP");
     let line = agent.wait_for_log("configuration reloaded").await;
     assert!(line.contains("leaseRenewInterval=200ms"), "{line}");
-    writes(&mut events, "reloaded", 3).await;
+    lease_writes(&mut events, "reloaded", 3).await;
     let (status, log) = agent.terminate().await;
     assert!(status.success(), "{log}");
     let requests = lease_requests(&tp, "reloaded");
@@ -219,7 +206,7 @@ async fn the_json_flag_sends_json() {
     let mut events = tp.events();
     let a = args(&node, "js", "200ms", &["--test-lease-content-type", "json"]);
     let agent = Agent::spawn(&a);
-    writes(&mut events, "js", 3).await;
+    lease_writes(&mut events, "js", 3).await;
     let (status, log) = agent.terminate().await;
     assert!(status.success(), "{log}");
     let requests = lease_requests(&tp, "js");
@@ -268,11 +255,11 @@ async fn per_renewal(wire: &str, n: usize, interval: Duration) -> (f64, f64, f64
         &ms,
         &["--test-lease-content-type", wire],
     ));
-    writes(&mut events, NODE, 4).await;
+    lease_writes(&mut events, NODE, 4).await;
     let conn = lease_requests(&tp, NODE).last().unwrap().conn;
     tokio::time::sleep(interval / 2).await;
     let (b0, c0) = (tp.wire_bytes(conn).unwrap(), cpu_ns(agent.pid()));
-    writes(&mut events, NODE, n).await;
+    lease_writes(&mut events, NODE, n).await;
     tokio::time::sleep(interval / 2).await;
     let (b1, c1) = (tp.wire_bytes(conn).unwrap(), cpu_ns(agent.pid()));
     let same = lease_requests(&tp, NODE)

@@ -394,3 +394,16 @@ pub fn lease_requests(tp: &TestPlane, node: &str) -> Vec<testplane::RequestRecor
         .filter(|r| r.user == user && r.path.contains("/leases"))
         .collect()
 }
+
+/// Wait for `n` Lease writes by `node` that the testplane applied (create or update).
+pub async fn lease_writes(events: &mut broadcast::Receiver<Event>, node: &str, n: usize) {
+    for _ in 0..n {
+        wait_event(events, |e| match e {
+            Event::LeaseRenewed { name, .. } | Event::LeaseCreated { name, .. } if name == node => {
+                Some(())
+            }
+            _ => None,
+        })
+        .await;
+    }
+}

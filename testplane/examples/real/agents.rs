@@ -14,6 +14,7 @@ use testplane::sched::status_kib;
 use tokio::time::Instant;
 
 use crate::procfs::ThreadLedger;
+use crate::relay::Relay;
 
 /// Which identity code runs on the node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,6 +65,16 @@ pub struct Agents {
     pub agents: Vec<Agent>,
 }
 
+/// Where a group of agents runs: the cluster, the binaries, the relay they reach the API
+/// server through, and the folder their nodes live in.
+#[derive(Clone, Copy)]
+pub struct Stage<'a> {
+    pub c: &'a Cluster,
+    pub bins: &'a Bins,
+    pub relay: &'a Relay,
+    pub root: &'a Path,
+}
+
 /// The binaries the agents run.
 pub struct Bins {
     pub bootlet: PathBuf,
@@ -73,22 +84,25 @@ pub struct Bins {
 // === impl Agents ===
 
 impl Agents {
-    /// A fresh bootstrap token, its kubeconfig pointing at `server` (the relay), and `n`
-    /// agents of `kind` joining with it ([`Agents::start`]).
+    /// A fresh bootstrap token, its kubeconfig pointing at the stage's relay, and `n`
+    /// agents of `kind` joining with it under the stage's root ([`Agents::start`]).
     pub async fn join(
-        c: &Cluster,
-        bins: &Bins,
-        server: std::net::SocketAddr,
+        stage: Stage<'_>,
         kind: Kind,
         n: usize,
         prefix: &str,
-        root: &Path,
     ) -> Result<Agents, String> {
+        let Stage {
+            c,
+            bins,
+            relay,
+            root,
+        } = stage;
         let token = c
             .create_token(testplane::kube::TOKEN_TTL)
             .await
             .map_err(|e| format!("a bootstrap token: {e}"))?;
-        let boot = c.kubeconfig_for_token_at(&format!("https://{server}"), &token);
+        let boot = c.kubeconfig_for_token_at(&format!("https://{}", relay.addr), &token);
         Agents::start(c, bins, kind, n, prefix, root, &boot).await
     }
 

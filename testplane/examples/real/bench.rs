@@ -10,7 +10,7 @@ use std::time::Duration;
 use testplane::kube::Cluster;
 use testplane::stats::percentile;
 
-use crate::agents::{delete_nodes, Agents, Kind, Sample};
+use crate::agents::{delete_nodes, Agents, Kind, Sample, Stage};
 use crate::relay::Relay;
 use crate::table::{render, Row, Unit};
 use crate::window::{between, end_sample, mark, Figures};
@@ -53,6 +53,12 @@ async fn measure(c: &Cluster) -> Result<String, String> {
         .await
         .map_err(|e| format!("relay: {e}"))?;
     let root = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+    let stage = Stage {
+        c,
+        bins: &bins,
+        relay: &relay,
+        root: root.path(),
+    };
     let load_before = crate::procfs::loadavg();
 
     eprintln!("real: idle cluster for {idle_secs:?}");
@@ -81,18 +87,7 @@ async fn measure(c: &Cluster) -> Result<String, String> {
                     ));
                 }
             }
-            let g = group(
-                c,
-                &bins,
-                &relay,
-                root.path(),
-                kind,
-                k,
-                settle,
-                steady,
-                &idle,
-            )
-            .await?;
+            let g = group(stage, kind, k, settle, steady, &idle).await?;
             if kind == Kind::Peer {
                 peer_anon_kib = Some(g.end.anon_kib_sum as f64 / g.n.max(1) as f64);
             }
@@ -136,21 +131,18 @@ async fn measure(c: &Cluster) -> Result<String, String> {
     Ok(report)
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn group(
-    c: &Cluster,
-    bins: &crate::agents::Bins,
-    relay: &Relay,
-    root: &std::path::Path,
+    stage: Stage<'_>,
     kind: Kind,
     n: usize,
     settle: Duration,
     steady: Duration,
     idle: &Figures,
 ) -> Result<Group, String> {
+    let Stage { c, relay, .. } = stage;
     let prefix = format!("{}-{n}", kind.label());
     eprintln!("real: {n} {} agents starting", kind.label());
-    let mut agents = Agents::join(c, bins, relay.addr, kind, n, &prefix, root).await?;
+    let mut agents = Agents::join(stage, kind, n, &prefix).await?;
     agents.wait_certs(CERT_LIMIT).await?;
     let certs: Vec<f64> = agents
         .agents

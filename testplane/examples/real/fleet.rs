@@ -14,7 +14,7 @@ use serde_json::Value;
 use testplane::kube::Cluster;
 use tokio::time::Instant;
 
-use crate::agents::{delete_nodes, Agents, Kind};
+use crate::agents::{delete_nodes, Agents, Kind, Stage};
 use crate::fleet_report::{apf_report, restart_report, RETURN_WATCH};
 use crate::relay::Relay;
 use crate::window::{between, mark, Mark};
@@ -38,6 +38,12 @@ async fn measure(c: &Cluster, n: usize) -> Result<String, String> {
         .await
         .map_err(|e| format!("relay: {e}"))?;
     let root = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+    let stage = Stage {
+        c,
+        bins: &bins,
+        relay: &relay,
+        root: root.path(),
+    };
     let mut report = format!(
         "# fleet on the real cluster (Kubernetes {}), N = {n} requested\n\n",
         c.release()
@@ -69,7 +75,7 @@ async fn measure(c: &Cluster, n: usize) -> Result<String, String> {
             )
             .ok();
         }
-        let (text, peak) = one_kind(c, &bins, &relay, root.path(), kind, k).await?;
+        let (text, peak) = one_kind(stage, kind, k).await?;
         match kind {
             Kind::Bootlet => bootlet_peak = Some(peak),
             Kind::Peer => peer_peak = Some(peak),
@@ -92,20 +98,14 @@ async fn measure(c: &Cluster, n: usize) -> Result<String, String> {
 }
 
 /// One kind's whole run; returns its report and the mean peak RSS per agent (KiB).
-async fn one_kind(
-    c: &Cluster,
-    bins: &crate::agents::Bins,
-    relay: &Relay,
-    root: &std::path::Path,
-    kind: Kind,
-    n: usize,
-) -> Result<(String, f64), String> {
+async fn one_kind(stage: Stage<'_>, kind: Kind, n: usize) -> Result<(String, f64), String> {
+    let Stage { c, relay, .. } = stage;
     let label = kind.label();
     let prefix = format!("fleet-{label}");
     let mut out = format!("## {n} × {label}\n\n");
     let started = Instant::now();
     eprintln!("fleet-real: {n} {label} agents starting");
-    let mut agents = Agents::join(c, bins, relay.addr, kind, n, &prefix, root).await?;
+    let mut agents = Agents::join(stage, kind, n, &prefix).await?;
     agents.wait_certs(CERT_LIMIT).await?;
     writeln!(
         out,

@@ -13,7 +13,7 @@ use std::time::Duration;
 use testplane::kube::{Cluster, Options};
 use tokio::time::Instant;
 
-use crate::agents::{Agents, Kind};
+use crate::agents::{Agents, Kind, Stage};
 use crate::relay::Relay;
 use crate::table::{render, Row, Unit};
 use crate::window::{between, mark, Figures};
@@ -60,10 +60,16 @@ async fn measure(c: &Cluster) -> Result<String, String> {
         .await
         .map_err(|e| format!("relay: {e}"))?;
     let root = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+    let stage = Stage {
+        c,
+        bins: &bins,
+        relay: &relay,
+        root: root.path(),
+    };
     let n = crate::setup::num("REAL_ROTATION_N", 10) as usize;
     let mut costs = Vec::new();
     for kind in [Kind::Bootlet, Kind::Peer] {
-        costs.push(one(c, &bins, &relay, root.path(), kind, n).await?);
+        costs.push(one(stage, kind, n).await?);
     }
     let (b, p) = (&costs[0], &costs[1]);
     let row = |what: &str, unit, f: &dyn Fn(&Cost) -> f64| {
@@ -98,17 +104,11 @@ async fn measure(c: &Cluster) -> Result<String, String> {
     Ok(out)
 }
 
-async fn one(
-    c: &Cluster,
-    bins: &crate::agents::Bins,
-    relay: &Relay,
-    root: &std::path::Path,
-    kind: Kind,
-    n: usize,
-) -> Result<Cost, String> {
+async fn one(stage: Stage<'_>, kind: Kind, n: usize) -> Result<Cost, String> {
+    let Stage { c, relay, .. } = stage;
     let prefix = format!("rot-{}", kind.label());
     eprintln!("rotation: {n} {} agents", kind.label());
-    let mut agents = Agents::join(c, bins, relay.addr, kind, n, &prefix, root).await?;
+    let mut agents = Agents::join(stage, kind, n, &prefix).await?;
     agents.wait_certs(Duration::from_secs(120)).await?;
     let first = agents.cert_pems();
     agents.hold(SETTLE, Duration::from_secs(1)).await?;
