@@ -1,6 +1,6 @@
 //! Connections to the API server against the testplane over real TLS. The Lease loop's
-//! own connection (`api::conn::Connection`): HTTP/1.1 on one keep-alive connection, the
-//! same typed errors as the shared client, the body limit, no half-used connection after a
+//! own connection (`api::conn::Connection`): HTTP/2 on one keep-alive connection where the
+//! server offers it by ALPN, HTTP/1.1 where it does not, the same typed errors as the shared client, the body limit, no half-used connection after a
 //! cancelled exchange, and a black-holed address raced past. Every client: the kubeconfig's
 //! `tls-server-name` sent as SNI.
 
@@ -15,7 +15,7 @@ use bootlet::pki::PrivateKeyPem;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use support::{wait_event, Agent, NodeDir};
-use testplane::{Event, TestPlane};
+use testplane::{AcceptMode, Event, TestPlane};
 use tokio::time::{timeout, Instant};
 
 mod support;
@@ -73,41 +73,63 @@ fn seen(tp: &TestPlane, node: &str) -> Vec<(u64, String)> {
         .collect()
 }
 
-#[tokio::test]
-async fn http1_on_one_connection_with_the_shared_clients_typed_errors() {
-    let tp = TestPlane::builder().start().await.unwrap();
-    let mut conn = connection(&tp, "c1", ClientOptions::default()).await;
-    let path = format!("{LEASES}/c1");
+/// Five exchanges of `node` (a 404, a create, a replace, a 409 and a 403) on one
+/// connection, every answer typed as the shared client types it; the HTTP version each
+/// went over, as the testplane saw it.
+async fn typed_errors_on_one_connection(tp: &TestPlane, node: &str) -> Vec<String> {
+    let mut conn = connection(tp, node, ClientOptions::default()).await;
+    let path = format!("{LEASES}/{node}");
 
     let missing = conn.get::<Lease>(&path).await.unwrap_err();
     assert!(missing.is_not_found(), "{missing}");
-    let created: Lease = conn.create(LEASES, &lease("c1", None)).await.unwrap();
+    let created: Lease = conn.create(LEASES, &lease(node, None)).await.unwrap();
     let rv = created.metadata.resource_version.clone();
-    let renewed: Lease = conn.replace(&path, &lease("c1", rv.clone())).await.unwrap();
+    let renewed: Lease = conn.replace(&path, &lease(node, rv.clone())).await.unwrap();
     assert_ne!(renewed.metadata.resource_version, rv);
     // A stale resourceVersion: the API's 409 with its Status, classified as a conflict.
     let stale = conn
-        .replace::<_, Lease>(&path, &lease("c1", rv))
+        .replace::<_, Lease>(&path, &lease(node, rv))
         .await
         .unwrap_err();
     assert!(stale.is_conflict(), "{stale}");
     assert!(!stale.is_retryable());
     // The Node authorizer's 403 names the credential.
+    let other_node = format!("{node}-other");
     let other = conn
-        .replace::<_, Lease>(&format!("{LEASES}/c2"), &lease("c2", None))
+        .replace::<_, Lease>(&format!("{LEASES}/{other_node}"), &lease(&other_node, None))
         .await
         .unwrap_err();
     assert!(other.is_forbidden(), "{other}");
     assert!(other.to_string().contains("client certificate"), "{other}");
 
-    let requests = seen(&tp, "c1");
+    let requests = seen(tp, node);
     assert_eq!(requests.len(), 5, "{requests:?}");
     assert!(
-        requests
-            .iter()
-            .all(|(c, v)| *c == requests[0].0 && v == "HTTP/1.1"),
-        "one HTTP/1.1 connection for every answer, errors included: {requests:?}"
+        requests.iter().all(|(c, _)| *c == requests[0].0),
+        "one connection for every answer, errors included: {requests:?}"
     );
+    requests.into_iter().map(|(_, v)| v).collect()
+}
+
+#[tokio::test]
+async fn http2_on_one_connection_with_the_shared_clients_typed_errors() {
+    let tp = TestPlane::builder().start().await.unwrap();
+    let versions = typed_errors_on_one_connection(&tp, "c1").await;
+    assert!(versions.iter().all(|v| v == "HTTP/2.0"), "{versions:?}");
+    let mut conn = connection(&tp, "c1", ClientOptions::default()).await;
+    assert_eq!(conn.http_version(), None);
+    let _: Lease = conn.get(&format!("{LEASES}/c1")).await.unwrap();
+    assert_eq!(conn.http_version(), Some(http::Version::HTTP_2));
+}
+
+/// A server (or a TLS-terminating balancer in front of it) that offers only `http/1.1` by
+/// ALPN gets HTTP/1.1, with the same answers.
+#[tokio::test]
+async fn http1_where_the_server_offers_no_http2() {
+    let tp = TestPlane::builder().start().await.unwrap();
+    tp.faults().set_accept_mode(AcceptMode::Http1Only).await;
+    let versions = typed_errors_on_one_connection(&tp, "c2").await;
+    assert!(versions.iter().all(|v| v == "HTTP/1.1"), "{versions:?}");
 }
 
 #[tokio::test]
@@ -171,6 +193,84 @@ async fn a_connection_the_server_closed_while_idle_is_replaced_without_an_error(
     let requests = seen(&tp, "c6");
     assert_eq!(requests.len(), 2, "{requests:?}");
     assert_ne!(requests[0].0, requests[1].0);
+}
+
+/// A server that closes the connection gracefully (an HTTP/2 GOAWAY, as kube-apiserver's
+/// `--goaway-chance` sends to rebalance its clients, or a shutting-down server) costs no
+/// failed exchange: the next one goes over a fresh connection, on either HTTP version.
+#[tokio::test]
+async fn a_goaway_moves_the_next_exchange_to_a_fresh_connection_without_an_error() {
+    for http1 in [false, true] {
+        let (tp, mut conn, path) = with_lease("c8").await;
+        if http1 {
+            tp.faults().set_accept_mode(AcceptMode::Http1Only).await;
+        }
+        let _: Lease = conn.get(&path).await.unwrap();
+        let want = if http1 { "HTTP/1.1" } else { "HTTP/2.0" };
+        assert_eq!(seen(&tp, "c8").last().unwrap().1, want);
+        let old = seen(&tp, "c8").last().unwrap().0;
+        let mut events = tp.events();
+        tp.faults().go_away().await;
+        wait_event(&mut events, |e| {
+            (*e == Event::ConnectionClosed { conn: old }).then_some(())
+        })
+        .await;
+        for _ in 0..2 {
+            let _: Lease = conn.get(&path).await.unwrap();
+        }
+        let requests = seen(&tp, "c8");
+        let after: Vec<_> = requests.iter().rev().take(2).collect();
+        assert!(
+            after
+                .iter()
+                .all(|(c, v)| *c != old && *c == after[0].0 && v == want),
+            "{requests:?}"
+        );
+    }
+}
+
+/// A reused connection that dies while a request is on its way (reset before the server
+/// read it) costs no failed exchange: the request goes once more, on a fresh connection.
+/// Once only: a second death is the caller's error, and so is the death of a connection
+/// opened for the request.
+#[tokio::test]
+async fn a_reused_connection_that_dies_unanswered_is_tried_once_more_on_a_fresh_one() {
+    for http1 in [false, true] {
+        let (tp, mut conn, path) = with_lease("c9").await;
+        if http1 {
+            tp.faults().set_accept_mode(AcceptMode::Http1Only).await;
+            conn.reset();
+        }
+        let _: Lease = conn.get(&path).await.unwrap();
+        let mut events = tp.events();
+        let handshakes = |events: &mut tokio::sync::broadcast::Receiver<Event>| {
+            std::iter::from_fn(|| events.try_recv().ok())
+                .filter(|e| matches!(e, Event::TlsHandshake { .. }))
+                .count()
+        };
+        let before = seen(&tp, "c9").len();
+
+        tp.faults().reset_next(1);
+        let _: Lease = conn.get(&path).await.unwrap();
+        assert_eq!(handshakes(&mut events), 1, "HTTP/1.1 only: {http1}");
+        assert_eq!(seen(&tp, "c9").len(), before + 1);
+
+        tp.faults().reset_next(2);
+        let err = conn.get::<Lease>(&path).await.unwrap_err();
+        assert!(err.is_transport() && err.is_retryable(), "{err}");
+        assert_eq!(handshakes(&mut events), 1, "HTTP/1.1 only: {http1}");
+
+        tp.faults().reset_next(1);
+        let err = conn.get::<Lease>(&path).await.unwrap_err();
+        assert!(err.is_transport(), "{err}");
+        assert_eq!(handshakes(&mut events), 1, "HTTP/1.1 only: {http1}");
+        assert_eq!(
+            seen(&tp, "c9").len(),
+            before + 1,
+            "no reset request was handled"
+        );
+        let _: Lease = conn.get(&path).await.unwrap();
+    }
 }
 
 /// Before: the addresses of the server's name were tried one after another under one 5 s

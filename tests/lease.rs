@@ -130,9 +130,10 @@ async fn cadence_is_exact_with_one_request_per_renewal_over_one_connection() {
         .map(|r| r.conn)
         .collect();
     assert_eq!(conns.len(), 1, "{conns:?}");
-    // Over the Lease loop's own HTTP/1.1 connection (one write per request, no timers).
+    // Over the Lease loop's own connection, HTTP/2 as the testplane offers it (one write
+    // per request, no timers).
     assert!(
-        writes.iter().all(|r| r.version == "HTTP/1.1"),
+        writes.iter().all(|r| r.version == "HTTP/2.0"),
         "{:?}",
         writes.iter().map(|r| &r.version).collect::<Vec<_>>()
     );

@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use support::{lease_requests, lease_writes, plane, wait_event, Agent, NodeDir};
-use testplane::{Event, RequestRecord};
+use testplane::{AcceptMode, Event, RequestRecord};
 
 const HOUR: Duration = Duration::from_secs(3600);
 const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
@@ -242,9 +242,13 @@ fn cpu_ns(pid: u32) -> u64 {
 /// µs), counted on the Lease connection at the testplane's TCP stream (TLS records
 /// included), sampled half an interval after a renewal, while bootlet sleeps. The node is
 /// bench/agent.sh's: `bench-node`, registered, so the Lease carries its owner reference.
-async fn per_renewal(wire: &str, n: usize, interval: Duration) -> (f64, f64, f64) {
+/// `http1` makes the testplane offer only HTTP/1.1 by ALPN.
+async fn per_renewal(wire: &str, http1: bool, n: usize, interval: Duration) -> (f64, f64, f64) {
     const NODE: &str = "bench-node";
     let tp = plane(HOUR).await;
+    if http1 {
+        tp.faults().set_accept_mode(AcceptMode::Http1Only).await;
+    }
     tp.create_node(NODE);
     let node = NodeDir::new(&tp.bootstrap_kubeconfig());
     let mut events = tp.events();
@@ -256,7 +260,10 @@ async fn per_renewal(wire: &str, n: usize, interval: Duration) -> (f64, f64, f64
         &["--test-lease-content-type", wire],
     ));
     lease_writes(&mut events, NODE, 4).await;
-    let conn = lease_requests(&tp, NODE).last().unwrap().conn;
+    let last = lease_requests(&tp, NODE).last().unwrap().clone();
+    let version = if http1 { "HTTP/1.1" } else { "HTTP/2.0" };
+    assert_eq!(last.version, version);
+    let conn = last.conn;
     tokio::time::sleep(interval / 2).await;
     let (b0, c0) = (tp.wire_bytes(conn).unwrap(), cpu_ns(agent.pid()));
     lease_writes(&mut events, NODE, n).await;
@@ -278,7 +285,9 @@ async fn per_renewal(wire: &str, n: usize, interval: Duration) -> (f64, f64, f64
     )
 }
 
-/// Protobuf takes fewer bytes than JSON both ways. `bash bench/proto.sh` runs this with
+/// Protobuf takes fewer bytes than JSON both ways, over either HTTP version, and HTTP/2
+/// (the default wherever the server offers it) fewer than HTTP/1.1 both ways: HPACK sends
+/// the headers that do not change as table indexes. `bash bench/proto.sh` runs this with
 /// `PROTO_RENEWALS=50` in a release build for the README's figures; the suite's 8 renewals
 /// are enough for the bytes (the same every renewal), not for the CPU.
 #[tokio::test]
@@ -288,17 +297,29 @@ async fn bytes_and_cpu_per_renewal() {
         .and_then(|s| s.parse().ok())
         .unwrap_or(8);
     let interval = Duration::from_millis(200);
-    println!("| wire | request B/renewal | response B/renewal | CPU µs/renewal |");
-    println!("|---|---|---|---|");
-    let mut bytes = vec![];
-    for wire in ["json", "protobuf"] {
-        let (req, resp, cpu) = per_renewal(wire, n, interval).await;
-        println!("| {wire} | {req:.0} | {resp:.0} | {cpu:.0} |");
-        bytes.push((req, resp));
+    println!("| wire | HTTP | request B/renewal | response B/renewal | CPU µs/renewal |");
+    println!("|---|---|---|---|---|");
+    let mut bytes = std::collections::BTreeMap::new();
+    for http1 in [true, false] {
+        for wire in ["json", "protobuf"] {
+            let (req, resp, cpu) = per_renewal(wire, http1, n, interval).await;
+            let http = if http1 { "1.1" } else { "2" };
+            println!("| {wire} | {http} | {req:.0} | {resp:.0} | {cpu:.0} |");
+            bytes.insert((wire, http1), (req, resp));
+        }
     }
-    let (json, pb) = (bytes[0], bytes[1]);
-    assert!(
-        pb.0 < json.0 && pb.1 < json.1,
-        "json {json:?}, protobuf {pb:?}"
-    );
+    for http1 in [true, false] {
+        let (json, pb) = (bytes[&("json", http1)], bytes[&("protobuf", http1)]);
+        assert!(
+            pb.0 < json.0 && pb.1 < json.1,
+            "HTTP/1.1 only: {http1}: json {json:?}, protobuf {pb:?}"
+        );
+    }
+    for wire in ["json", "protobuf"] {
+        let (h1, h2) = (bytes[&(wire, true)], bytes[&(wire, false)]);
+        assert!(
+            h2.0 < h1.0 && h2.1 < h1.1,
+            "{wire}: HTTP/1.1 {h1:?}, HTTP/2 {h2:?}"
+        );
+    }
 }

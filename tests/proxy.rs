@@ -100,8 +100,8 @@ fn all_tunnels_to_the_server(seen: &[ProxyRequest], port: u16, auth: Option<&str
 }
 
 /// Before: `proxy-url` was ignored, so bootstrap dialled `kubernetes.default.svc` directly
-/// and failed. Now bootstrap (reqwest, HTTP/2) and the Lease loop's own HTTP/1.1
-/// connection both tunnel through it with Basic auth from its userinfo, and the kubelet
+/// and failed. Now bootstrap (reqwest) and the Lease loop's own connection (both
+/// HTTP/2, chosen by ALPN end to end inside the tunnel) tunnel through it with Basic auth from its userinfo, and the kubelet
 /// kubeconfig keeps `proxy-url`, so kubectl reaches the server the same way.
 #[tokio::test]
 async fn proxy_url_carries_bootstrap_and_lease_renewals() {
@@ -121,8 +121,8 @@ async fn proxy_url_carries_bootstrap_and_lease_renewals() {
     agent.wait_for_log("client certificate installed").await;
     let alpns = renewal_alpns(&mut events, "proxied", 2).await;
     assert!(
-        alpns.iter().all(|a| a.as_deref() == Some("http/1.1")),
-        "renewals ride the Lease loop's HTTP/1.1 connection: {alpns:?}"
+        alpns.iter().all(|a| a.as_deref() == Some("h2")),
+        "renewals ride the Lease loop's HTTP/2 connection: {alpns:?}"
     );
     let seen = proxy.requests();
     // At least the bootstrap client's connection and the Lease connection.
@@ -176,7 +176,7 @@ async fn https_proxy_from_the_environment_carries_the_lease_connection_too() {
     let agent = Agent::spawn_env(&args(&node, "envproxy", &[]), &env);
     let alpns = renewal_alpns(&mut events, "envproxy", 2).await;
     assert!(
-        alpns.iter().all(|a| a.as_deref() == Some("http/1.1")),
+        alpns.iter().all(|a| a.as_deref() == Some("h2")),
         "{alpns:?}"
     );
     all_tunnels_to_the_server(&proxy.requests(), port, None);

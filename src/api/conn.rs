@@ -1,10 +1,10 @@
-//! One keep-alive HTTP/1.1 connection of the caller's own to the API server, for a loop
-//! that sends one small request at a time and bounds each exchange itself (the Lease
-//! loop). Same server, CA, identity, typed errors and clock-skew report as the
-//! [`ApiClient`] it is made from, without what a shared client needs and a heartbeat does
-//! not: no pool, no per-request timer, no HTTP/2 (hyper writes HEADERS and DATA in two
-//! flushes, and its PINGs need a timer that wakes the process every period). A renewal is
-//! one TLS record written, one read, and hyper's connection driver as the only other task.
+//! One keep-alive connection of the caller's own to the API server, for a loop that sends
+//! one small request at a time and bounds each exchange itself (the Lease loop). Same
+//! server, CA, identity, typed errors and clock-skew report as the [`ApiClient`] it is
+//! made from, without what a shared client needs and a heartbeat does not: no pool, no
+//! per-request timer, no PING timer. HTTP/2 where the server offers it by ALPN, HTTP/1.1
+//! otherwise (`conn/http.rs`); either way a renewal is one TLS record written, one read,
+//! and the connection's driver as the only other task.
 //!
 //! Liveness is the caller's: an exchange that does not complete (an error, or the caller
 //! dropping it at its deadline) leaves no connection behind, so the next request opens a
@@ -21,9 +21,9 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{Request, Uri};
-use http_body_util::{BodyExt, Empty, Full, LengthLimitError, Limited};
-use hyper::client::conn::http1::{self, SendRequest};
+use http::{Request, Uri, Version};
+use http_body_util::Empty;
+use hyper::client::conn::http1;
 use hyper_util::rt::TokioIo;
 use reqwest::header::{
     HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE, DATE, HOST, PROXY_AUTHORIZATION,
@@ -48,6 +48,9 @@ use crate::api::kubeconfig::ProxyUrl;
 use crate::metrics::METRICS;
 
 mod lease;
+mod sender;
+
+use sender::{BodyError, Sender};
 
 /// The media type of JSON bodies, sent and asked for.
 const JSON: &str = "application/json";
@@ -58,7 +61,7 @@ pub struct Connection {
     client: ApiClient,
     tls: TlsConnector,
     target: Result<Target, String>,
-    sender: Option<SendRequest<Full<Bytes>>>,
+    sender: Option<Sender>,
     /// How the Lease goes on the wire (`conn/lease.rs`): protobuf until a server refuses it.
     lease_wire: LeaseWire,
 }
@@ -86,7 +89,7 @@ impl Connection {
     /// A connection for `client`'s server and identity; nothing is opened yet.
     pub fn new(client: &ApiClient) -> Self {
         let mut tls = client.inner.tls.clone();
-        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        tls.alpn_protocols = sender::ALPN.iter().map(|p| p.to_vec()).collect();
         Self {
             client: client.clone(),
             tls: TlsConnector::from(Arc::new(tls)),
@@ -118,6 +121,11 @@ impl Connection {
     /// The client's bound on one exchange; the caller enforces it.
     pub fn request_timeout(&self) -> std::time::Duration {
         self.client.inner.opts.request_timeout
+    }
+
+    /// The HTTP version of the open connection (ALPN's choice), if one is open.
+    pub fn http_version(&self) -> Option<Version> {
+        self.sender.as_ref().map(Sender::version)
     }
 
     /// Closes the connection; the next request opens a fresh one.
@@ -172,47 +180,61 @@ impl Connection {
             server: self.client.server().to_string(),
             reason: reason.clone(),
         })?;
-        let request = self
-            .request(target, method, path, body, accept)
-            .map_err(|e| Error::Setup {
-                server: self.client.server().to_string(),
-                reason: format!("{method} {path}: {e}"),
-            })?;
+        let body = body.map(|(bytes, media_type)| (Bytes::from(bytes), media_type));
         // Taken for the exchange and put back only once it completed: an error or a
         // cancelled exchange leaves no half-used connection behind.
-        let mut reused = self.sender.take().filter(|s| !s.is_closed());
+        let mut reused = self.sender.take();
         if let Some(sender) = reused.as_mut() {
-            if sender.ready().await.is_err() {
-                // Closed since the last exchange (the server's idle timeout): nothing was
-                // sent on it, so a new connection is safe for any request.
+            if !sender.ready().await {
+                // Closed since the last exchange (the server's idle timeout, a GOAWAY):
+                // nothing was sent on it, so a new connection is safe for any request.
                 reused = None;
             }
         }
+        let mut fresh = reused.is_none();
         let mut sender = match reused {
             Some(sender) => sender,
-            None => match open(target, &self.tls, &self.client).await {
-                Ok(sender) => sender,
+            None => self.connect(target, method, path).await?,
+        };
+        let (head, body) = loop {
+            let request = self
+                .request(target, sender.version(), method, path, body.clone(), accept)
+                .map_err(|e| Error::Setup {
+                    server: self.client.server().to_string(),
+                    reason: format!("{method} {path}: {e}"),
+                })?;
+            match sender.send(request).await {
+                Ok(answer) => break answer,
+                // A connection that served earlier exchanges failed before any answer: it
+                // closed, or its GOAWAY crossed this request, before its driver saw it.
+                // The request goes once more, at once, on a fresh connection (as Go's
+                // transport does for a reused connection); never a second time. Safe for
+                // what goes on this connection: reads, and writes that a replay of an
+                // applied one turns into a 409 (a PUT's resourceVersion, a POST's name),
+                // which the Lease loop reads as its own renewal.
+                Err(e) if !fresh => {
+                    tracing::debug!(error = %e, "{method} {path}: the reused connection failed before answering; once more on a fresh one");
+                    sender = self.connect(target, method, path).await?;
+                    fresh = true;
+                }
                 Err(e) => {
                     METRICS.api_request(method.as_str(), None);
                     return Err(self.client.transport(method, path, e));
                 }
-            },
+            }
         };
-        let response = sender.send_request(request).await;
-        METRICS.api_request(method.as_str(), response.as_ref().ok().map(|r| r.status()));
-        let response = response.map_err(|e| self.client.transport(method, path, e.into()))?;
-        let (head, body) = response.into_parts();
+        METRICS.api_request(method.as_str(), Some(head.status));
         let limit = self.client.inner.opts.max_body;
-        let bytes = match Limited::new(body, limit).collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(e) if e.is::<LengthLimitError>() => {
+        let bytes = match body.collect(limit).await {
+            Ok(bytes) => bytes,
+            Err(BodyError::TooLarge) => {
                 return Err(Error::TooLarge {
                     method: method.clone(),
                     path: path.to_string(),
                     limit,
                 })
             }
-            Err(e) => return Err(self.client.transport(method, path, e)),
+            Err(BodyError::Transport(e)) => return Err(self.client.transport(method, path, e)),
         };
         self.sender = Some(sender);
         self.client.observe_date(head.headers.get(DATE));
@@ -227,18 +249,36 @@ impl Connection {
         }
     }
 
+    /// A new connection to `target`; failing, the exchange it was for fails as a transport
+    /// error (counted without an answer).
+    async fn connect(&self, target: &Target, method: &Method, path: &str) -> Result<Sender, Error> {
+        open(target, &self.tls, &self.client).await.map_err(|e| {
+            METRICS.api_request(method.as_str(), None);
+            self.client.transport(method, path, e)
+        })
+    }
+
+    /// The request as `version` carries it: HTTP/1.1 with the path and a `Host` header,
+    /// HTTP/2 with the whole URL (its `:scheme`, `:authority` and `:path`).
     fn request(
         &self,
         target: &Target,
+        version: Version,
         method: &Method,
         path: &str,
-        body: Option<(Vec<u8>, &'static str)>,
+        body: Option<(Bytes, &'static str)>,
         accept: &'static str,
-    ) -> Result<Request<Full<Bytes>>, http::Error> {
-        let mut builder = Request::builder()
-            .method(method.clone())
-            .uri(format!("{}{path}", target.prefix))
-            .header(HOST, target.authority.clone())
+    ) -> Result<Request<Option<Bytes>>, http::Error> {
+        let mut builder = Request::builder().method(method.clone()).version(version);
+        builder = if version == Version::HTTP_2 {
+            let authority = target.authority.to_str().unwrap_or_default();
+            builder.uri(format!("https://{authority}{}{path}", target.prefix))
+        } else {
+            builder
+                .uri(format!("{}{path}", target.prefix))
+                .header(HOST, target.authority.clone())
+        };
+        builder = builder
             .header(ACCEPT, HeaderValue::from_static(accept))
             .header(USER_AGENT, HeaderValue::from_static(super::USER_AGENT));
         if let Some(auth) = &self.client.inner.auth_header {
@@ -247,22 +287,23 @@ impl Connection {
         let body = match body {
             Some((bytes, media_type)) => {
                 builder = builder.header(CONTENT_TYPE, HeaderValue::from_static(media_type));
-                Full::new(Bytes::from(bytes))
+                Some(bytes)
             }
-            None => Full::default(),
+            None => None,
         };
         builder.body(body)
     }
 }
 
 /// TCP (the addresses raced, with kernel keepalive and `TCP_USER_TIMEOUT`), TLS with the
-/// client's identity, HTTP/1.1, all of it bounded by the client's connect timeout; hyper's
-/// connection driver is spawned and ends when the connection is dropped or closed.
+/// client's identity, then HTTP/2 or HTTP/1.1 as ALPN chose, all of it bounded by the
+/// client's connect timeout; the connection's driver is spawned and ends when the
+/// connection is dropped or closed.
 async fn open(
     target: &Target,
     tls: &TlsConnector,
     client: &ApiClient,
-) -> Result<SendRequest<Full<Bytes>>, TransportError> {
+) -> Result<Sender, TransportError> {
     let bound = client.inner.opts.connect_timeout;
     let resolver = &client.inner.opts.resolver;
     let handshake = async {
@@ -271,18 +312,12 @@ async fn open(
             Some(proxy) => tunnel_with(resolver, proxy, &target.host, target.port).await?,
         };
         let stream = tls.connect(target.name.clone(), tcp).await?;
-        let (sender, driver) = http1::handshake(TokioIo::new(stream)).await?;
-        Ok::<_, TransportError>((sender, driver))
+        let alpn = stream.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+        Sender::handshake(stream, alpn.as_deref()).await
     };
-    let (sender, driver) = tokio::time::timeout(bound, handshake)
+    tokio::time::timeout(bound, handshake)
         .await
-        .map_err(|_| format!("no TCP/TLS connection within {bound:?}"))??;
-    tokio::spawn(async move {
-        if let Err(e) = driver.await {
-            tracing::debug!(error = %e, "API server connection ended");
-        }
-    });
-    Ok(sender)
+        .map_err(|_| format!("no TCP/TLS connection within {bound:?}"))?
 }
 
 /// A TCP connection to the proxy carrying an HTTP CONNECT tunnel to the server: hyper

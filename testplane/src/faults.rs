@@ -34,6 +34,9 @@ pub enum AcceptMode {
     /// Read the ClientHello, send the first record of the server's flight (the ServerHello)
     /// and then nothing: a handshake that stalls half-way.
     StallHandshake,
+    /// TLS offering only `http/1.1` by ALPN, then the API as usual: a TLS-terminating load
+    /// balancer or proxy that speaks no HTTP/2.
+    Http1Only,
 }
 
 #[derive(Default, Debug, Clone)]
@@ -58,6 +61,8 @@ struct Inner {
     answers: Vec<AnswerRule>,
     /// Every protobuf request body gets 415 (a server without protobuf for the type).
     refuse_protobuf: bool,
+    /// The next this many API requests reset their connection unanswered and unapplied.
+    reset_next: u32,
 }
 
 /// The live fault switches, read by every request.
@@ -113,6 +118,14 @@ impl FaultState {
         self.lock().accept_mode
     }
 
+    /// Consume one scripted connection reset, if any is pending.
+    pub fn take_reset(&self) -> bool {
+        let mut g = self.lock();
+        let hit = g.reset_next > 0;
+        g.reset_next = g.reset_next.saturating_sub(1);
+        hit
+    }
+
     pub fn reset_watches_after(&self) -> Option<Duration> {
         self.lock().reset_watches_after
     }
@@ -150,13 +163,13 @@ impl FaultState {
 }
 
 /// Fault switches, as one JSON object for `POST /testplane/faults` (all fields optional,
-/// camelCase): `{"outageSeconds": 2}`, `{"failNext": 3, "failStatus": 500}`,
+/// camelCase): `{"outageSeconds": 2}`, `{"failNext": 3, "failStatus": 500}`, `{"resetNext": 1}`,
 /// `{"failAlways": 503}` (`0` turns it off), `{"throttleNext": 2, "retryAfterSeconds": 1}`,
 /// `{"throttleAlways": true, "retryAfterSeconds": 5}`, `{"delayMs": 200}`,
 /// `{"skewDateSeconds": 3600}`, `{"leaseConflictOnce": true}`, `{"refuseProtobuf": true}`, `{"watchDropAfter": 1}`,
 /// `{"closeWatches": true}`, `{"resetWatchesAfterMs": 100}` (`0` turns it off),
-/// `{"acceptMode": "silent"}` (`serve`, `silent`, `stallHandshake`; open connections are
-/// dropped), `{"expireToken": "abcdef"}`, `{"deleteToken": "abcdef"}`, `{"compact": true}`,
+/// `{"acceptMode": "silent"}` (`serve`, `silent`, `stallHandshake`, `http1Only`; open
+/// connections are dropped), `{"expireToken": "abcdef"}`, `{"deleteToken": "abcdef"}`, `{"compact": true}`,
 /// `{"clear": true}`.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -164,6 +177,7 @@ pub struct FaultRequest {
     pub clear: Option<bool>,
     pub outage_seconds: Option<f64>,
     pub fail_next: Option<u32>,
+    pub reset_next: Option<u32>,
     pub fail_status: Option<u16>,
     pub fail_always: Option<u16>,
     pub throttle_next: Option<u32>,
@@ -228,6 +242,14 @@ impl Faults {
         self.command(Command::DropConnections).await;
     }
 
+    /// Close every open connection gracefully, as a server shutting down or balancing
+    /// its clients does (kube-apiserver's `--goaway-chance`): HTTP/2 connections get a
+    /// GOAWAY and close once their streams are answered, HTTP/1.1 ones close when idle.
+    /// The listener stays. Returns once the GOAWAYs are on their way.
+    pub async fn go_away(&self) {
+        self.command(Command::GoAway).await;
+    }
+
     /// How new connections are treated from now on; every open connection is dropped
     /// first, so clients meet the new mode when they reconnect. Connections held by
     /// `Silent` or `StallHandshake` stay held after the mode changes back (they are dead
@@ -235,6 +257,13 @@ impl Faults {
     pub async fn set_accept_mode(&self, mode: AcceptMode) {
         self.with(|i| i.accept_mode = mode);
         self.drop_connections().await;
+    }
+
+    /// The next `n` API requests reset their connection (TCP RST) before the server
+    /// reads them: unanswered and unapplied, as when a connection dies while a request
+    /// is on its way. Not in the request log.
+    pub fn reset_next(&self, n: u32) {
+        self.with(|i| i.reset_next = n);
     }
 
     /// The next `n` requests get `status` (e.g. 500) with an InternalError Status.
@@ -343,6 +372,9 @@ impl Faults {
         }
         if let Some(n) = r.fail_next {
             self.fail_next(n, r.fail_status.unwrap_or(500));
+        }
+        if let Some(n) = r.reset_next {
+            self.reset_next(n);
         }
         if let Some(status) = r.fail_always {
             self.fail_always((status != 0).then_some(status));

@@ -117,6 +117,8 @@ async fn accept_loop(
 ) {
     // Bumped to drop every open connection (outage or shutdown).
     let (kill, _) = watch::channel(0u64);
+    // Bumped to close every open connection gracefully (GOAWAY).
+    let (goaway, _) = watch::channel(0u64);
     let mut listener = Some(listener);
     loop {
         let accept = async {
@@ -150,16 +152,27 @@ async fn accept_loop(
                     kill.send_modify(|g| *g += 1);
                     let _ = ack.send(());
                 }
+                Command::GoAway(ack) => {
+                    goaway.send_modify(|g| *g += 1);
+                    let _ = ack.send(());
+                }
             },
             res = accept => {
                 let Ok((tcp, _peer)) = res else { continue };
                 let _ = tcp.set_nodelay(true);
                 let conn = shared.next_conn.fetch_add(1, Ordering::Relaxed);
                 shared.emit(Event::ConnectionOpened { conn });
-                tokio::spawn(serve_conn(shared.clone(), acceptor.clone(), tcp, conn, kill.subscribe()));
+                let signals = Signals { kill: kill.subscribe(), goaway: goaway.subscribe() };
+                tokio::spawn(serve_conn(shared.clone(), acceptor.clone(), tcp, conn, signals));
             }
         }
     }
+}
+
+/// What the accept loop tells every connection: drop now, or close gracefully.
+struct Signals {
+    kill: watch::Receiver<u64>,
+    goaway: watch::Receiver<u64>,
 }
 
 async fn serve_conn(
@@ -167,8 +180,12 @@ async fn serve_conn(
     acceptor: TlsAcceptor,
     tcp: TcpStream,
     conn: u64,
-    mut kill: watch::Receiver<u64>,
+    signals: Signals,
 ) {
+    let Signals {
+        mut kill,
+        mut goaway,
+    } = signals;
     let mode = shared.faults.accept_mode();
     let reset = Arc::new(Reset::default());
     let tcp = Resettable {
@@ -177,8 +194,14 @@ async fn serve_conn(
     };
     let mut tcp = crate::wire::Counted::new(tcp, shared.wire.open(conn));
     let work = async {
+        let mut acceptor = acceptor;
         match mode {
             AcceptMode::Serve => {}
+            AcceptMode::Http1Only => {
+                let mut cfg = (*acceptor.config().clone()).clone();
+                cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+                acceptor = TlsAcceptor::from(Arc::new(cfg));
+            }
             AcceptMode::Silent => {
                 let _ = drain(&mut tcp).await;
                 return;
@@ -222,21 +245,32 @@ async fn serve_conn(
         let svc = hyper::service::service_fn(move |req| {
             respond(sh.clone(), info.clone(), rs.clone(), req)
         });
-        let _ = auto::Builder::new(TokioExecutor::new())
-            .serve_connection(TokioIo::new(tls), svc)
-            .await;
+        let builder = auto::Builder::new(TokioExecutor::new());
+        let http = builder.serve_connection(TokioIo::new(tls), svc);
+        tokio::pin!(http);
+        tokio::select! {
+            _ = http.as_mut() => return,
+            _ = goaway.changed() => {}
+        }
+        http.as_mut().graceful_shutdown();
+        let _ = http.await;
     };
     tokio::select! {
         _ = work => {}
         _ = kill.changed() => {}
-        () = reset.notify.notified() => shared.emit(Event::WatchDropped { conn }),
+        () = reset.notify.notified() => {
+            if reset.watch.load(Ordering::Relaxed) {
+                shared.emit(Event::WatchDropped { conn });
+            }
+        }
     }
     shared.wire.close(conn);
     shared.emit(Event::ConnectionClosed { conn });
 }
 
-/// `api::handle`, then the answer faults: a watch's connection reset after a while, a
-/// rewritten body. The admin path is never touched.
+/// A scripted reset (the connection dies unanswered), else `api::handle`, then the answer
+/// faults: a watch's connection reset after a while, a rewritten body. The admin path is
+/// never touched.
 async fn respond(
     shared: Arc<Shared>,
     info: ConnInfo,
@@ -256,6 +290,11 @@ async fn respond(
         .unwrap_or_default()
         .split('&')
         .any(|kv| kv == "watch=true" || kv == "watch=1");
+    if !admin && shared.faults.take_reset() {
+        // Reset before the request is read: the connection goes with an RST, unanswered.
+        reset.trigger(false);
+        std::future::pending::<()>().await;
+    }
     let resp = crate::api::handle(shared.clone(), info, req).await?;
     if admin {
         return Ok(resp);
@@ -263,7 +302,7 @@ async fn respond(
     if let Some(after) = shared.faults.reset_watches_after().filter(|_| watch) {
         tokio::spawn(async move {
             tokio::time::sleep(after).await;
-            reset.trigger();
+            reset.trigger(true);
         });
     }
     Ok(match shared.faults.answer_for(&method, &path, watch) {
@@ -313,11 +352,14 @@ async fn stall_handshake<S: AsyncRead + AsyncWrite + Unpin>(
 #[derive(Default)]
 struct Reset {
     flag: AtomicBool,
+    /// Set when the reset ends a watch (reported as `Event::WatchDropped`).
+    watch: AtomicBool,
     notify: Notify,
 }
 
 impl Reset {
-    fn trigger(&self) {
+    fn trigger(&self, watch: bool) {
+        self.watch.store(watch, Ordering::Relaxed);
         self.flag.store(true, Ordering::Relaxed);
         self.notify.notify_one();
     }

@@ -27,4 +27,7 @@ pub enum Command {
     Outage(std::time::Duration, oneshot::Sender<()>),
     /// Drop every open connection (the listener stays), then ack.
     DropConnections(oneshot::Sender<()>),
+    /// Close every open connection gracefully (HTTP/2: GOAWAY, then close once its streams
+    /// are answered; HTTP/1.1: close once idle), then ack.
+    GoAway(oneshot::Sender<()>),
 }
