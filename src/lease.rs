@@ -152,7 +152,7 @@ impl LeaseLoop {
         let mut probe_ok: Option<bool> = None;
         // Set once another writer has been seen: from then on bootlet only reads the Lease.
         let mut bystander: Option<Bystander> = None;
-        // A connection of its own ([`Connection`]: HTTP/1.1, no pool, no timers). Its renewals
+        // A connection of its own ([`Connection`]: HTTP/2 or 1.1, no pool, no timers). Its renewals
         // are its liveness check: each is bounded by [`attempt_budget`], and an exchange
         // that does not complete leaves no connection behind, so the next renewal opens a
         // fresh one at once. Quiet stretches are covered by TCP keepalive in the kernel.

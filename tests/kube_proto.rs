@@ -1,7 +1,8 @@
 //! The Lease as protobuf against the real kube-apiserver (`testplane::kube`, built from
 //! upstream): bootlet renews in protobuf by default, the API server accepts every PUT (no
 //! 415, no fallback to JSON), the renewTime kubectl reads advances, and a Lease the API
-//! server encodes (Go's encoder) decodes to what its own JSON says.
+//! server encodes (Go's encoder) decodes to what its own JSON says; and the Lease
+//! connection speaks HTTP/2 with it (ALPN).
 
 mod support;
 
@@ -111,6 +112,9 @@ fn bootlet_renews_its_lease_in_protobuf_and_kube_apiserver_accepts_it() {
         .unwrap();
         let path = format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}");
         let mut conn = Connection::new(&client);
+        // kube-apiserver offers HTTP/2 by ALPN, and the Lease connection takes it.
+        conn.get_lease(&path).await.expect("a protobuf GET");
+        assert_eq!(conn.http_version(), Some(http::Version::HTTP_2));
         let mut compared = false;
         for _ in 0..10 {
             let from_pb = conn.get_lease(&path).await.expect("a protobuf GET");

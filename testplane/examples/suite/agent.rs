@@ -1,6 +1,6 @@
 //! Phase A, the real `bootlet` binary: repeated bootstraps (start → certificate, start →
 //! READY, peak RSS), then one fresh node followed from bootstrap through window 1 and the
-//! steady window, with the floor (a bare HTTP/1.1 PUT loop in a child process) running in
+//! steady window, with the floor (a bare HTTP/2 PUT loop in a child process) running in
 //! the steady window half an interval out of phase. `/metrics` is on throughout.
 
 use std::path::{Path, PathBuf};
@@ -245,7 +245,7 @@ pub async fn long_run(cfg: &Cfg, tp: Arc<TestPlane>) -> Result<Long, String> {
     })
 }
 
-/// The floor: bench/floor.rs's child mode, a bare reqwest PUT of a Lease over HTTP/1.1 +
+/// The floor: bench/floor.rs's child mode, a bare reqwest PUT of a Lease over HTTP/2 +
 /// mTLS woken by bootlet's timerfd Ticker, for enough rounds to cover the steady window.
 fn spawn_floor(cfg: &Cfg, tp: &TestPlane) -> Result<(Child, tempfile::TempDir), String> {
     let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
@@ -263,7 +263,6 @@ fn spawn_floor(cfg: &Cfg, tp: &TestPlane) -> Result<(Child, tempfile::TempDir), 
     }
     let child = Command::new(&cfg.floor)
         .env("FLOOR_CHILD", dir.path())
-        .env("FLOOR_CHILD_HTTP", "1.1")
         .env("FLOOR_INTERVAL_MS", cfg.interval.as_millis().to_string())
         .env("FLOOR_ROUNDS", (cfg.steady + 4).to_string())
         .stdin(Stdio::null())

@@ -132,7 +132,7 @@ pub fn rows(f: &Figures) -> Vec<Row> {
     );
     let (vs_floor, vs_floor_text) = times(steady, floor_cpu);
     rows.push(
-        Row::new("CPU per renewal: bootlet ÷ floor (same window, both HTTP/1.1 + mTLS, both a child process)")
+        Row::new("CPU per renewal: bootlet ÷ floor (same window, both HTTP/2 + mTLS, both a child process)")
             .budget("≤ 1.3×", Budget::AtMost(1.3), vs_floor)
             .ratio(vs_floor_text),
     );
@@ -241,7 +241,7 @@ pub fn notes(f: &Figures, machine: String) -> Vec<String> {
             cfg.kubectl,
             cfg.interval.as_secs_f64()
         ),
-        "floor: bench/floor.rs's child mode, a bare reqwest PUT of a Lease over HTTP/1.1 + mTLS on one keep-alive connection, woken by bootlet's timerfd Ticker, no bootlet code; run in the steady window beside bootlet, half an interval out of phase.".into(),
+        "floor: bench/floor.rs's child mode, a bare reqwest PUT of a Lease over HTTP/2 + mTLS (as bootlet's Lease connection speaks to the testplane) on one keep-alive connection, woken by bootlet's timerfd Ticker, no bootlet code; run in the steady window beside bootlet, half an interval out of phase.".into(),
     ];
     notes.push(match (cfg.under_systemd, f.long.notify_datagrams) {
         (true, Some(n)) => format!(

@@ -81,7 +81,7 @@ impl Row {
 /// The table as markdown, and how many budgeted rows failed.
 pub fn render(rows: &[Row]) -> (String, usize) {
     let mut out = String::from(
-        "| what | budget | bootlet | baseline (bash + openssl + kubectl) | floor (bare HTTP/1.1 PUT) | ratio | pass |\n|---|---|---|---|---|---|---|\n",
+        "| what | budget | bootlet | baseline (bash + openssl + kubectl) | floor (bare HTTP/2 PUT) | ratio | pass |\n|---|---|---|---|---|---|---|\n",
     );
     let mut failed = 0;
     for r in rows {
