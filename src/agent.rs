@@ -35,6 +35,8 @@ pub struct TestHooks {
     /// `--test-lease-content-type`: the Lease's wire format at the start (protobuf unless
     /// set), so tests and the bench can compare JSON with protobuf.
     pub lease_wire: Option<LeaseWire>,
+    /// `--test-lease-http1`: the Lease connection offers only HTTP/1.1.
+    pub lease_http1: bool,
 }
 
 impl From<&cli::Flags> for TestHooks {
@@ -43,6 +45,7 @@ impl From<&cli::Flags> for TestHooks {
             wedge_lease_after: flags.test_wedge_lease_after,
             crash_at: flags.test_crash_at,
             lease_wire: flags.test_lease_content_type,
+            lease_http1: flags.test_lease_http1,
         }
     }
 }
@@ -51,6 +54,9 @@ impl From<&cli::Flags> for TestHooks {
 pub async fn run(settings: Settings, hooks: TestHooks) -> Result<(), Error> {
     if let Some(plan) = hooks.crash_at {
         crate::pki::files::crash::arm(plan);
+    }
+    if hooks.lease_http1 {
+        crate::api::conn::offer_http1_only();
     }
     let health = Health::new(settings.renew_lease);
     let (trigger, shutdown) = shutdown::channel();

@@ -186,6 +186,12 @@ pub struct Flags {
     #[arg(long, value_name = "json|protobuf", hide = true)]
     pub test_lease_content_type: Option<crate::api::protobuf::LeaseWire>,
 
+    /// Test only: the Lease connection offers only HTTP/1.1 by ALPN (HTTP/2 where the
+    /// server offers it, otherwise), so the bench can compare the two against one server.
+    /// Flag only; no config file key.
+    #[arg(long, hide = true)]
+    pub test_lease_http1: bool,
+
     /// Test only: the certificate loops read the wall clock as the system clock plus the
     /// signed whole seconds written in FILE, re-read at every reading, so tests can step
     /// the clock forward and back without root. Flag only; no config file key.

@@ -1,7 +1,8 @@
 //! The Lease on the wire as protobuf (issue 22), against the testplane: protobuf by
 //! default for the create, the PUTs and the re-read after a 409; one 415 from a server
-//! that refuses protobuf, then JSON for good; `--test-lease-content-type json`. And the
-//! figures bench/proto.sh prints (`bytes_and_cpu_per_renewal`: fewer bytes both ways).
+//! that refuses protobuf, then JSON for good; `--test-lease-content-type json` and
+//! `--test-lease-http1`. And the figures bench/proto.sh prints (`bytes_and_cpu_per_renewal`:
+//! protobuf fewer bytes than JSON both ways, HTTP/2 fewer than HTTP/1.1).
 
 mod support;
 
@@ -218,6 +219,28 @@ async fn the_json_flag_sends_json() {
         assert!(r.response_type.starts_with("application/json"), "{r:?}");
     }
     assert!(!log.contains(FALLBACK), "{log}");
+}
+
+/// `--test-lease-http1` (the bench's way to compare the two on one server): the Lease goes
+/// over HTTP/1.1 though the server offers HTTP/2, protobuf still.
+#[tokio::test]
+async fn the_http1_flag_offers_only_http1() {
+    let tp = plane(HOUR).await;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let mut events = tp.events();
+    let agent = Agent::spawn(&args(&node, "h1", "200ms", &["--test-lease-http1"]));
+    lease_writes(&mut events, "h1", 3).await;
+    let (status, log) = agent.terminate().await;
+    assert!(status.success(), "{log}");
+    let writes: Vec<_> = lease_requests(&tp, "h1")
+        .into_iter()
+        .filter(is_write)
+        .collect();
+    assert!(writes.len() >= 3, "{writes:?}");
+    for r in &writes {
+        assert_eq!(r.version, "HTTP/1.1", "{r:?}");
+        assert_eq!(r.content_type, PROTOBUF, "{r:?}");
+    }
 }
 
 /// CPU time of every thread of `pid` so far (`/proc/PID/task/*/schedstat`), nanoseconds.

@@ -18,6 +18,7 @@
 //! for it (an HTTP CONNECT tunnel, TLS inside), verifying and naming the server by its
 //! `tls-server-name` when the kubeconfig sets one.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -51,6 +52,15 @@ mod lease;
 mod sender;
 
 use sender::{BodyError, Sender};
+
+/// Set by `--test-lease-http1`: connections made from now on offer only HTTP/1.1.
+static HTTP1_ONLY: AtomicBool = AtomicBool::new(false);
+
+/// Test hook (`--test-lease-http1`): connections made from now on offer only HTTP/1.1 by
+/// ALPN, so the bench can compare HTTP/1.1 with HTTP/2 against one server.
+pub fn offer_http1_only() {
+    HTTP1_ONLY.store(true, Ordering::Relaxed);
+}
 
 /// The media type of JSON bodies, sent and asked for.
 const JSON: &str = "application/json";
@@ -89,7 +99,11 @@ impl Connection {
     /// A connection for `client`'s server and identity; nothing is opened yet.
     pub fn new(client: &ApiClient) -> Self {
         let mut tls = client.inner.tls.clone();
-        tls.alpn_protocols = sender::ALPN.iter().map(|p| p.to_vec()).collect();
+        let offer = match HTTP1_ONLY.load(Ordering::Relaxed) {
+            true => &sender::ALPN[1..],
+            false => &sender::ALPN[..],
+        };
+        tls.alpn_protocols = offer.iter().map(|p| p.to_vec()).collect();
         Self {
             client: client.clone(),
             tls: TlsConnector::from(Arc::new(tls)),
