@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Issue 22: what protobuf on the wire saves per Lease renewal, JSON vs protobuf. Runs the
-# real bootlet binary twice against the testplane (`--test-lease-content-type json`, then
-# `protobuf`), node bench-node with its Node registered (so the Lease carries the owner
+# Issue 22: what protobuf and HTTP/2 on the wire save per Lease renewal: JSON vs protobuf,
+# each over HTTP/1.1 (the testplane offering only http/1.1 by ALPN) and over HTTP/2. Runs
+# the real bootlet binary four times against the testplane (`--test-lease-content-type
+# json`, then `protobuf`), node bench-node with its Node registered (so the Lease carries the owner
 # reference, as in bench/agent.sh), and prints per steady renewal: the bytes on the Lease
 # connection at the testplane's TCP stream (TLS records included; request = what the
 # server read, response = what it wrote) and bootlet's CPU (every thread's schedstat).
