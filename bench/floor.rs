@@ -115,15 +115,7 @@ async fn put_loop(
     let path =
         format!("{url}/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{name}");
     let list = format!("{url}/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases");
-    let created: Value = client
-        .post(&list)
-        .json(&lease_json(&name, None))
-        .send()
-        .await
-        .expect("create")
-        .json()
-        .await
-        .expect("json");
+    let created = answer(client.post(&list).json(&lease_json(&name, None)), "create").await;
     let mut rv = resource_version(&created);
     let mut ticker = Ticker::new();
     let mut at = Instant::now() + p.interval;
@@ -132,18 +124,28 @@ async fn put_loop(
     for _ in 0..p.rounds {
         at += p.interval;
         ticker.sleep_until(at).await;
-        let resp: Value = client
-            .put(&path)
-            .json(&lease_json(&name, Some(&rv)))
-            .send()
-            .await
-            .expect("put")
-            .json()
-            .await
-            .expect("json");
+        let resp = answer(client.put(&path).json(&lease_json(&name, Some(&rv))), "put").await;
         rv = resource_version(&resp);
     }
     per_round(from, p)
+}
+
+/// The JSON body of a 2xx answer to `req`; anything else ends the measurement with the
+/// status and body (a real kube-apiserver says why in a Status object).
+async fn answer(req: reqwest::RequestBuilder, what: &str) -> Value {
+    let resp = req.send().await.unwrap_or_else(|e| panic!("{what}: {e}"));
+    let status = resp.status();
+    let body = resp.bytes().await.unwrap_or_else(|e| panic!("{what}: {e}"));
+    let text = || {
+        String::from_utf8_lossy(&body)
+            .chars()
+            .take(300)
+            .collect::<String>()
+    };
+    if !status.is_success() {
+        panic!("{what}: HTTP {status}: {}", text());
+    }
+    serde_json::from_slice(&body).unwrap_or_else(|e| panic!("{what}: {e}: {}", text()))
 }
 
 /// bootlet's own Lease loop (`LeaseLoop::run`, the agent's code path and client) on this
@@ -239,12 +241,14 @@ async fn put_loop_in_child(
 /// Names the directory a child reads its server, CA and identity from (and, optionally, the
 /// Lease name from a file `name`; default `floor-child`).
 const CHILD: &str = "FLOOR_CHILD";
-/// `1.1` makes the child speak HTTP/1.1 (as bootlet's Lease connection does; bench/run.sh
-/// uses it); anything else, HTTP/2.
+/// `1.1` makes the child speak HTTP/1.1 (bench/run.sh's in-process floor uses it); anything
+/// else, HTTP/2 (`run.sh --real`'s floor: bootlet's Lease connection speaks HTTP/2 to
+/// kube-apiserver, chosen by ALPN).
 const CHILD_HTTP: &str = "FLOOR_CHILD_HTTP";
 
-/// The child's side of [`put_loop_in_child`] (and bench/run.sh's floor): one measurement,
-/// printed as two numbers.
+/// The child's side of [`put_loop_in_child`] (and bench/run.sh's floor, and one node of
+/// `run.sh --real`'s, which reaches a real kube-apiserver through the bench's relay and is
+/// stopped before it prints): one measurement, printed as two numbers.
 fn child(dir: &std::path::Path) {
     let read = |f: &str| std::fs::read_to_string(dir.join(f)).expect("read");
     let h2 = std::env::var(CHILD_HTTP).map_or(true, |v| v != "1.1");

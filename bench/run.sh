@@ -12,10 +12,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # --real: bootlet beside the kubelet's own identity code (kube kubelet-identity) on a real
-# cluster (testplane/examples/real/, bench/README.md "run.sh --real"); the table goes to
+# cluster, with the floor (bench/floor.rs) and the baseline (bench/baseline.sh) as references
+# (testplane/examples/real/, bench/README.md "run.sh --real"); the table goes to
 # target/bench-real.md.
 if [ "${1:-}" = "--real" ]; then
-  cargo build --quiet --release -p bootlet --bin bootlet
+  cargo build --quiet --release -p bootlet --bin bootlet --example floor
   cargo build --quiet --release -p bootlet-testplane --example real
   mkdir -p target
   ulimit -n 65536 2>/dev/null || true

@@ -1,49 +1,34 @@
-//! N agents of one kind started together, each a fresh node: its own directory (bootstrap
-//! kubeconfig in, cert dir and kubeconfig out, its log), its Node object created first as
-//! the kubelet's registration would have, start → certificate on disk timed, CPU over every
-//! thread and memory read from /proc, SIGTERM for all at the end. Only processes started
-//! here are touched.
+//! N agents of one subject started together, each a fresh node: its own directory
+//! (bootstrap kubeconfig in, cert dir and kubeconfig out, its log), its Node object created
+//! first as the kubelet's registration would have, start → certificate on disk timed, CPU
+//! (every thread; the baseline's shell with its children) and memory read from /proc,
+//! SIGTERM for all at the end. Only processes started here are touched.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use serde_json::json;
-use testplane::kube::{procs::Proc, Cluster};
+use testplane::kube::Cluster;
 use testplane::sched::status_kib;
 use tokio::time::Instant;
 
 use crate::procfs::ThreadLedger;
 use crate::relay::Relay;
-
-/// Which identity code runs on the node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    /// `bootlet run`.
-    Bootlet,
-    /// `kube kubelet-identity`: the kubelet's TLS bootstrap, certificate manager and Lease
-    /// controller at the cluster's release.
-    Peer,
-}
-
-impl Kind {
-    pub fn label(self) -> &'static str {
-        match self {
-            Kind::Bootlet => "bootlet",
-            Kind::Peer => "peer",
-        }
-    }
-}
+use crate::spawn::{Bins, Handle, Launch};
+pub use crate::subject::Kind;
+use crate::subject::{Subject, INTERVAL};
 
 pub struct Agent {
     pub name: String,
-    proc: Option<Proc>,
+    proc: Option<Handle>,
     pid: u32,
     spawned: Instant,
     dir: PathBuf,
     /// Process start → `kubelet-client-current.pem` in its cert dir.
     pub cert_after: Option<Duration>,
-    ledger: ThreadLedger,
+    /// Every thread's CPU (None for the baseline: its shell is read with its children).
+    ledger: Option<ThreadLedger>,
 }
 
 /// CPU and memory over a group of agents at one moment.
@@ -61,7 +46,7 @@ pub struct Sample {
 }
 
 pub struct Agents {
-    pub kind: Kind,
+    pub subject: Subject,
     pub agents: Vec<Agent>,
 }
 
@@ -75,96 +60,88 @@ pub struct Stage<'a> {
     pub root: &'a Path,
 }
 
-/// The binaries the agents run.
-pub struct Bins {
-    pub bootlet: PathBuf,
-    pub kube: PathBuf,
-}
-
 // === impl Agents ===
 
 impl Agents {
     /// A fresh bootstrap token, its kubeconfig pointing at the stage's relay, and `n`
-    /// agents of `kind` joining with it under the stage's root ([`Agents::start`]).
+    /// agents of `who` joining with it under the stage's root (the floor takes no token: the
+    /// driver mints its certificates).
     pub async fn join(
         stage: Stage<'_>,
-        kind: Kind,
+        who: impl Into<Subject>,
         n: usize,
         prefix: &str,
     ) -> Result<Agents, String> {
-        let Stage {
-            c,
-            bins,
-            relay,
-            root,
-        } = stage;
-        let token = c
-            .create_token(testplane::kube::TOKEN_TTL)
-            .await
-            .map_err(|e| format!("a bootstrap token: {e}"))?;
-        let boot = c.kubeconfig_for_token_at(&format!("https://{}", relay.addr), &token);
-        Agents::start(c, bins, kind, n, prefix, root, &boot).await
+        let who = who.into();
+        let boot = if who == Subject::Floor {
+            String::new()
+        } else {
+            let token = stage
+                .c
+                .create_token(testplane::kube::TOKEN_TTL)
+                .await
+                .map_err(|e| format!("a bootstrap token: {e}"))?;
+            stage.c.kubeconfig_for_token_at(&stage.relay_url(), &token)
+        };
+        Agents::start(stage, who, n, prefix, &boot).await
     }
 
-    /// Create `n` Node objects (label `bench=PREFIX`), then start `n` agents of `kind`
-    /// under `root`, all with `bootstrap` as their bootstrap kubeconfig.
-    pub async fn start(
-        c: &Cluster,
-        bins: &Bins,
-        kind: Kind,
+    /// Create `n` Node objects (label `bench=PREFIX`), then start `n` agents of `who`
+    /// under the stage's root, all with `bootstrap` as their bootstrap kubeconfig (none for
+    /// the floor). The floor's starts are spread over one interval: it has no join, whose
+    /// queue spreads the others' renewals, and N processes renewing in the same instant
+    /// would measure the burst, not the floor.
+    async fn start(
+        stage: Stage<'_>,
+        who: Subject,
         n: usize,
         prefix: &str,
-        root: &Path,
         bootstrap: &str,
     ) -> Result<Agents, String> {
+        let Stage { c, bins, root, .. } = stage;
         let names: Vec<String> = (0..n).map(|i| format!("{prefix}-{i:04}")).collect();
         create_nodes(c, &names, prefix).await?;
+        let launch = Launch::new(who, bins, c, stage.relay_url())?;
         let mut agents = Vec::with_capacity(n);
-        for name in names {
+        for (i, name) in names.into_iter().enumerate() {
+            if who == Subject::Floor && i > 0 {
+                tokio::time::sleep(INTERVAL / n as u32).await;
+            }
             let dir = root.join(&name);
             std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            let boot = dir.join("bootstrap-kubelet.conf");
-            std::fs::write(&boot, bootstrap).map_err(|e| format!("{}: {e}", boot.display()))?;
-            let p = |f: &str| dir.join(f).to_string_lossy().into_owned();
-            let args: Vec<String> = [
-                "--bootstrap-kubeconfig",
-                &p("bootstrap-kubelet.conf"),
-                "--kubeconfig",
-                &p("kubelet.conf"),
-                "--cert-dir",
-                &p("pki"),
-                "--node-name",
-                &name,
-                "--metrics-bind-address",
-                "off",
-            ]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-            let spawned = Instant::now();
-            let proc = match kind {
-                Kind::Bootlet => {
-                    Proc::spawn_env(&bins.bootlet, &dir, "run", args, &[("RUST_LOG", "warn")])
-                }
-                Kind::Peer => Proc::spawn(&bins.kube, &dir, "kubelet-identity", args),
+            if !bootstrap.is_empty() {
+                let boot = dir.join("bootstrap-kubelet.conf");
+                std::fs::write(&boot, bootstrap).map_err(|e| format!("{}: {e}", boot.display()))?;
             }
-            .map_err(|e| format!("start {name}: {e}"))?;
-            let pid = proc.pid().ok_or_else(|| format!("{name}: no pid"))?;
+            let spawned = Instant::now();
+            let handle = launch.spawn(&dir, &name).await?;
+            let pid = handle.pid().ok_or_else(|| format!("{name}: no pid"))?;
+            let ledger = match handle {
+                Handle::Proc(_) => Some(ThreadLedger::new(pid)),
+                Handle::Shell(_) => None,
+            };
             agents.push(Agent {
                 name,
-                proc: Some(proc),
+                proc: Some(handle),
                 pid,
                 spawned,
                 dir,
                 cert_after: None,
-                ledger: ThreadLedger::new(pid),
+                ledger,
             });
         }
-        Ok(Agents { kind, agents })
+        Ok(Agents {
+            subject: who,
+            agents,
+        })
     }
 
     /// Until every agent has its certificate on disk, bounded by `limit`.
+    /// The floor's were minted before it started: it has none to wait for.
     pub async fn wait_certs(&mut self, limit: Duration) -> Result<(), String> {
+        if self.subject == Subject::Floor {
+            return self.check_alive();
+        }
         let until = Instant::now() + limit;
         loop {
             let mut missing = 0;
@@ -183,7 +160,7 @@ impl Agents {
                 return Err(format!(
                     "{missing} of {} {} agents have no certificate after {limit:?}",
                     self.agents.len(),
-                    self.kind.label()
+                    self.subject.label()
                 ));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -205,7 +182,8 @@ impl Agents {
         for a in &mut self.agents {
             if let Some(p) = a.proc.as_mut() {
                 if let Some(status) = p.exited() {
-                    return Err(format!("{} exited ({status}):\n{}", a.name, p.tail(20)));
+                    let tail = testplane::kube::procs::tail(p.log(), 20);
+                    return Err(format!("{} exited ({status}):\n{tail}", a.name));
                 }
             }
         }
@@ -213,16 +191,34 @@ impl Agents {
     }
 
     /// Read every agent's threads (call every few seconds so exiting threads keep their
-    /// time) and memory.
+    /// time) and memory. The baseline: its shell with its children (CPU), and with its live
+    /// descendants (RSS, RssAnon); no wake-ups.
     pub fn sample(&mut self) -> Sample {
         let mut s = Sample::default();
         for a in &mut self.agents {
-            let cpu = a.ledger.refresh();
-            s.cpu_ns += cpu.ns;
-            s.wakeups += cpu.wakeups;
-            let rss = status_kib(a.pid, "VmRSS:");
-            let hwm = status_kib(a.pid, "VmHWM:").unwrap_or(0);
-            s.anon_kib_sum += status_kib(a.pid, "RssAnon:").unwrap_or(0);
+            let (rss, hwm, anon) = match (&mut a.ledger, &a.proc) {
+                (Some(ledger), _) => {
+                    let cpu = ledger.refresh();
+                    s.cpu_ns += cpu.ns;
+                    s.wakeups += cpu.wakeups;
+                    (
+                        status_kib(a.pid, "VmRSS:"),
+                        status_kib(a.pid, "VmHWM:").unwrap_or(0),
+                        status_kib(a.pid, "RssAnon:").unwrap_or(0),
+                    )
+                }
+                (None, Some(Handle::Shell(shell))) => {
+                    s.cpu_ns += shell.cpu_ns();
+                    let m = shell.mem();
+                    (
+                        m.map(|m| m.rss),
+                        m.map_or(0, |m| m.hwm),
+                        m.map_or(0, |m| m.anon),
+                    )
+                }
+                (None, _) => (None, 0, 0),
+            };
+            s.anon_kib_sum += anon;
             if rss.is_some() {
                 s.alive += 1;
             }
@@ -255,7 +251,7 @@ impl Agents {
             .iter()
             .filter_map(|a| a.proc.as_ref())
             .map(|p| {
-                std::fs::read_to_string(&p.log)
+                std::fs::read_to_string(p.log())
                     .unwrap_or_default()
                     .lines()
                     .filter(|l| l.contains(needle))
@@ -269,18 +265,28 @@ impl Agents {
         self.log_lines("")
     }
 
-    /// SIGTERM to all at once, then reap each (bounded, then SIGKILL).
-    pub async fn stop(mut self) {
-        for a in &self.agents {
-            if let Some(p) = &a.proc {
-                p.signal("TERM");
-            }
+    /// SIGTERM to all at once, then reap each (bounded, then SIGKILL). Returns the peak
+    /// RSS (KiB) GNU time reported for each baseline shell (empty for the other subjects).
+    pub async fn stop(mut self) -> Vec<u64> {
+        for p in self.agents.iter_mut().filter_map(|a| a.proc.as_mut()) {
+            p.terminate();
         }
+        let mut peaks = Vec::new();
         for a in &mut self.agents {
             if let Some(p) = a.proc.take() {
-                p.stop().await;
+                peaks.extend(p.stop().await);
             }
         }
+        peaks
+    }
+}
+
+// === impl Stage ===
+
+impl Stage<'_> {
+    /// The relay's URL: what every subject's kubeconfig names as the API server.
+    pub fn relay_url(&self) -> String {
+        format!("https://{}", self.relay.addr)
     }
 }
 

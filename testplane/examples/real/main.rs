@@ -4,10 +4,11 @@
 //! connections through a counting relay.
 //!
 //! - `real bench` (`bash bench/run.sh --real`): N agents of each kind in turn (N = 100,
-//!   500), node-side and server-side figures per renewal and the ratio bootlet ÷ peer;
-//!   the table goes to stdout and `target/bench-real.md`.
+//!   500), then as references the floor (the bare HTTP stack renewing the Lease) and the
+//!   baseline (bench/baseline.sh), node-side and server-side figures per renewal and the
+//!   ratio bootlet ÷ peer; the table goes to stdout and `target/bench-real.md`.
 //! - `real rotation` (the rest of `run.sh --real`): the cost of one certificate rotation of
-//!   each kind, on a cluster signing 3-minute certificates; appended to `target/bench-real.md`.
+//!   each kind, on a cluster signing 8-minute certificates; appended to `target/bench-real.md`.
 //! - `real fleet N` (`bash bench/fleet.sh N --real`): N agents of each kind in turn, then
 //!   kube-apiserver SIGKILLed and started again (the return spread, the first minute against
 //!   a steady one), then restarted with a low `--max-requests-inflight` (429s, pacing).
@@ -16,15 +17,21 @@
 
 mod agents;
 mod apimetrics;
+mod baseline;
 mod bench;
 mod fleet;
 mod fleet_report;
+mod floor;
 #[allow(dead_code)] // shared with the suite, which uses all of it
 #[path = "../suite/procfs.rs"]
 mod procfs;
 mod relay;
+mod renewals;
 mod rotation;
+mod rows;
 mod setup;
+mod spawn;
+mod subject;
 mod table;
 mod window;
 

@@ -1,12 +1,12 @@
 //! What every part of the driver shares: knobs from the environment, the memory the peers
-//! may take, the cluster's start and the binaries the agents run.
+//! may take, the cluster's start and the binaries (and the baseline's script) the agents run.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use testplane::kube::{Cluster, Options};
 
-use crate::agents::Bins;
+use crate::spawn::Bins;
 
 /// A number from the environment, or `default`.
 pub fn num(name: &str, default: u64) -> u64 {
@@ -55,18 +55,31 @@ pub async fn cluster(name: &str) -> Result<Cluster, String> {
     Ok(c)
 }
 
+/// A path from the environment, or `default`, made absolute.
+fn path(name: &str, default: &str) -> Result<PathBuf, String> {
+    let p = std::env::var_os(name).map_or_else(|| PathBuf::from(default), PathBuf::from);
+    std::path::absolute(&p).map_err(|e| format!("{}: {e}", p.display()))
+}
+
+/// The binaries. bootlet must exist; the floor (`FLOOR_BIN`) and the baseline
+/// (`BASELINE_SCRIPT`, with the release's kubectl and GNU time when present) are checked when
+/// `real bench` starts them.
 pub fn bins(c: &Cluster) -> Result<Bins, String> {
-    let bootlet = std::env::var_os("BOOTLET_BIN")
-        .map_or_else(|| PathBuf::from("target/release/bootlet"), PathBuf::from);
-    let bootlet = std::path::absolute(&bootlet).map_err(|e| e.to_string())?;
+    let bootlet = path("BOOTLET_BIN", "target/release/bootlet")?;
     if !bootlet.exists() {
         return Err(format!(
             "{}: no such file (cargo build --release)",
             bootlet.display()
         ));
     }
+    let kubectl = testplane::kube::build::kubectl().map_err(|e| format!("kubectl: {e}"))?;
+    let time = PathBuf::from("/usr/bin/time");
     Ok(Bins {
         bootlet,
         kube: c.bin().to_path_buf(),
+        floor: path("FLOOR_BIN", "target/release/examples/floor")?,
+        baseline: path("BASELINE_SCRIPT", "bench/baseline.sh")?,
+        kubectl,
+        time: time.exists().then_some(time),
     })
 }

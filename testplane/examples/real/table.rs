@@ -1,5 +1,7 @@
-//! The side-by-side table: one row per figure, bootlet's and the peer's values, the ratio
-//! bootlet ÷ peer, and where the issue sets a budget on that ratio, the budget and PASS/FAIL.
+//! The side-by-side tables: one row per figure, one column per subject, the ratio bootlet ÷
+//! peer, and where the issue sets a budget on that ratio, the budget and PASS/FAIL.
+//! `render` prints bootlet and the peer (the rotation's table); `render_all` adds the floor
+//! and the baseline (`real bench`), empty where a figure does not apply to them.
 
 /// How a value prints.
 #[derive(Debug, Clone, Copy)]
@@ -14,28 +16,36 @@ pub enum Unit {
     Secs,
 }
 
+/// The subject columns, in order.
+const COLUMNS: [&str; 4] = ["bootlet", "peer (kubelet code)", "floor", "baseline"];
+
 #[derive(Debug, Clone)]
 pub struct Row {
     pub what: String,
     pub unit: Unit,
-    pub bootlet: Option<f64>,
-    pub peer: Option<f64>,
+    /// One value per column: bootlet, the peer, the floor, the baseline.
+    pub values: [Option<f64>; 4],
     /// The most bootlet ÷ peer may be, and how the budget reads.
     pub budget: Option<(f64, &'static str)>,
 }
 
 impl Row {
+    /// bootlet's and the peer's values (the floor's and the baseline's empty).
     pub fn new(
         what: impl Into<String>,
         unit: Unit,
         bootlet: Option<f64>,
         peer: Option<f64>,
     ) -> Row {
+        Row::all(what, unit, [bootlet, peer, None, None])
+    }
+
+    /// Every subject's value: bootlet, the peer, the floor, the baseline.
+    pub fn all(what: impl Into<String>, unit: Unit, values: [Option<f64>; 4]) -> Row {
         Row {
             what: what.into(),
             unit,
-            bootlet,
-            peer,
+            values,
             budget: None,
         }
     }
@@ -45,8 +55,9 @@ impl Row {
         self
     }
 
+    /// bootlet ÷ peer.
     pub fn ratio(&self) -> Option<f64> {
-        match (self.bootlet, self.peer) {
+        match (self.values[0], self.values[1]) {
             (Some(b), Some(p)) if p > 0.0 => Some(b / p),
             (Some(b), Some(_)) => (b == 0.0).then_some(1.0),
             _ => None,
@@ -66,11 +77,21 @@ pub fn value(unit: Unit, v: Option<f64>) -> String {
     }
 }
 
-/// The rows as a Markdown table.
+/// The rows as a Markdown table of bootlet and the peer.
 pub fn render(rows: &[Row]) -> String {
-    let mut out = String::from(
-        "| what | bootlet | peer (kubelet code) | bootlet ÷ peer | budget | pass |\n\
-         |---|---:|---:|---:|---|---|\n",
+    render_columns(rows, 2)
+}
+
+/// The rows as a Markdown table of all four subjects.
+pub fn render_all(rows: &[Row]) -> String {
+    render_columns(rows, COLUMNS.len())
+}
+
+fn render_columns(rows: &[Row], columns: usize) -> String {
+    let mut out = format!(
+        "| what | {} | bootlet ÷ peer | budget | pass |\n|---|{}---:|---|---|\n",
+        COLUMNS[..columns].join(" | "),
+        "---:|".repeat(columns)
     );
     for r in rows {
         let ratio = r.ratio();
@@ -81,11 +102,14 @@ pub fn render(rows: &[Row]) -> String {
             (Some((_, reads)), None) => (reads.to_string(), "—"),
             (None, _) => ("—".to_string(), "—"),
         };
+        let values: Vec<String> = r.values[..columns]
+            .iter()
+            .map(|v| value(r.unit, *v))
+            .collect();
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {budget} | {pass} |\n",
+            "| {} | {} | {} | {budget} | {pass} |\n",
             r.what,
-            value(r.unit, r.bootlet),
-            value(r.unit, r.peer),
+            values.join(" | "),
             ratio.map_or("—".into(), |x| format!("{x:.2}")),
         ));
     }
@@ -104,9 +128,41 @@ mod tests {
         ];
         let t = render(&rows);
         assert!(
+            t.starts_with(
+                "| what | bootlet | peer (kubelet code) | bootlet ÷ peer | budget | pass |\n\
+                 |---|---:|---:|---:|---|---|\n"
+            ),
+            "{t}"
+        );
+        assert!(
             t.contains("| cpu | 1.000 ms | 4.000 ms | 0.25 | ≤ 1/3 | PASS |"),
             "{t}"
         );
         assert!(t.contains("| rss | 2.0 MiB | — | — | — | — |"), "{t}");
+    }
+
+    #[test]
+    fn all_four_subjects_print_with_the_ratio_of_the_first_two() {
+        let rows = [
+            Row::all("cpu", Unit::Ms, [Some(1e6), Some(4e6), Some(5e5), None])
+                .budget(1.0 / 3.0, "≤ 1/3"),
+            Row::all("rss", Unit::Mib, [Some(2048.0), None, None, Some(4096.0)]),
+        ];
+        let t = render_all(&rows);
+        assert!(
+            t.starts_with(
+                "| what | bootlet | peer (kubelet code) | floor | baseline | bootlet ÷ peer | budget | pass |\n\
+                 |---|---:|---:|---:|---:|---:|---|---|\n"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains("| cpu | 1.000 ms | 4.000 ms | 0.500 ms | — | 0.25 | ≤ 1/3 | PASS |"),
+            "{t}"
+        );
+        assert!(
+            t.contains("| rss | 2.0 MiB | — | — | 4.0 MiB | — | — | — |"),
+            "{t}"
+        );
     }
 }

@@ -20,6 +20,8 @@ pub struct Mark {
     pub relay: Snapshot,
     pub scrape: Scrape,
     pub api_cpu_ns: u64,
+    /// kube-apiserver's resident memory (VmRSS), KiB.
+    pub api_rss_kib: u64,
 }
 
 /// What happened between two marks.
@@ -53,11 +55,22 @@ pub async fn api_cpu_ns(c: &Cluster) -> Result<u64, String> {
     with_reaped_children_ns(pid).ok_or_else(|| format!("/proc/{pid}/stat unreadable"))
 }
 
+/// kube-apiserver's resident memory (VmRSS) now, KiB.
+pub async fn api_rss_kib(c: &Cluster) -> Result<u64, String> {
+    let pid = c
+        .pid("kube-apiserver")
+        .await
+        .ok_or("kube-apiserver is not running")?;
+    testplane::sched::status_kib(pid, "VmRSS:")
+        .ok_or_else(|| format!("/proc/{pid}/status unreadable"))
+}
+
 /// Read everything now (`agents` may be None: the idle cluster).
 pub async fn mark(c: &Cluster, agents: Option<&mut Agents>, relay: &Relay) -> Result<Mark, String> {
     let agents = agents.map(|a| a.sample()).unwrap_or_default();
     let relay = relay.snapshot();
     let api_cpu_ns = api_cpu_ns(c).await?;
+    let api_rss_kib = api_rss_kib(c).await?;
     let scrape = Scrape::take(c).await?;
     Ok(Mark {
         at: Instant::now(),
@@ -65,6 +78,7 @@ pub async fn mark(c: &Cluster, agents: Option<&mut Agents>, relay: &Relay) -> Re
         relay,
         scrape,
         api_cpu_ns,
+        api_rss_kib,
     })
 }
 

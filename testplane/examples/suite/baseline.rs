@@ -3,7 +3,6 @@
 //! every child it reaped (/proc/PID/stat); its peak RSS is the largest process's, from GNU
 //! time's getrusage when /usr/bin/time exists.
 
-use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
@@ -112,7 +111,10 @@ pub async fn run(cfg: &Cfg, tp: Arc<TestPlane>) -> Result<Base, String> {
     kill(&["-TERM", &bash.to_string()]).await;
     let _ = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
     kill(&["-TERM", "--", &format!("-{wrapper}")]).await;
-    let maxrss_kib = cfg.time.as_ref().and_then(|_| read_maxrss(&time_out));
+    let maxrss_kib = cfg
+        .time
+        .as_ref()
+        .and_then(|_| procfs::read_maxrss(&time_out));
     Ok(Base {
         bash_rss_kib: seen.samples.iter().filter_map(|s| s.rss_kib).max(),
         seen,
@@ -146,14 +148,4 @@ async fn kill(args: &[&str]) {
         .stderr(Stdio::null())
         .status()
         .await;
-}
-
-/// GNU time's `-f %M` output: the last line is the peak RSS in KiB (a line before it says
-/// "Command terminated by signal 15" when the shell was ended).
-fn read_maxrss(path: &Path) -> Option<u64> {
-    std::fs::read_to_string(path)
-        .ok()?
-        .lines()
-        .filter_map(|l| l.trim().parse().ok())
-        .next_back()
 }

@@ -1,6 +1,6 @@
 //! What the suite reads from /proc: a process's CPU over every thread it ever had (threads
 //! that exit keep their time), a shell's CPU with its reaped children and child pids (RSS is
-//! `testplane::sched::status_kib`).
+//! `testplane::sched::status_kib`); and the peak RSS GNU time wrote for a shell.
 //! Reading only; no process is touched here.
 
 use std::collections::HashMap;
@@ -109,6 +109,16 @@ pub fn loadavg() -> String {
         .take(3)
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// GNU time's `-f %M` output: the last line is the peak RSS in KiB (a line before it says
+/// "Command terminated by signal 15" when the shell was ended).
+pub fn read_maxrss(path: &std::path::Path) -> Option<u64> {
+    std::fs::read_to_string(path)
+        .ok()?
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .next_back()
 }
 
 #[cfg(test)]
