@@ -114,7 +114,7 @@ async fn measure(c: &Cluster) -> Result<String, String> {
                     ));
                     k
                 }
-                Subject::Bootlet | Subject::Floor => n,
+                Subject::Bootlet | Subject::Floor | Subject::BootletHttp1 => n,
             };
             if k == 0 {
                 continue;

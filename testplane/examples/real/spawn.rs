@@ -83,13 +83,16 @@ impl<'a> Launch<'a> {
         .iter()
         .map(|s| s.to_string())
         .collect();
-        if self.who == Subject::Bootlet {
+        if matches!(self.who, Subject::Bootlet | Subject::BootletHttp1) {
             let extra = std::env::var("REAL_BOOTLET_ARGS").unwrap_or_default();
             args.extend(extra.split_whitespace().map(String::from));
         }
+        if self.who == Subject::BootletHttp1 {
+            args.push("--test-lease-http1".into());
+        }
         let start = |e| format!("start {name}: {e}");
         Ok(match self.who {
-            Subject::Bootlet => Handle::Proc(
+            Subject::Bootlet | Subject::BootletHttp1 => Handle::Proc(
                 Proc::spawn_env(&bins.bootlet, dir, "run", args, &[("RUST_LOG", "warn")])
                     .map_err(start)?,
             ),

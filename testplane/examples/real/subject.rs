@@ -33,6 +33,9 @@ pub enum Subject {
     Floor,
     /// bench/baseline.sh: bash + openssl + kubectl (`baseline.rs`).
     Baseline,
+    /// `bootlet run --test-lease-http1`: bootlet with its Lease connection on HTTP/1.1,
+    /// what HTTP/2 (the default against kube-apiserver) changes on both sides.
+    BootletHttp1,
 }
 
 impl From<Kind> for Subject {
@@ -46,11 +49,12 @@ impl From<Kind> for Subject {
 
 impl Subject {
     /// In the table's order.
-    pub const ALL: [Subject; 4] = [
+    pub const ALL: [Subject; 5] = [
         Subject::Bootlet,
         Subject::Peer,
         Subject::Floor,
         Subject::Baseline,
+        Subject::BootletHttp1,
     ];
 
     pub fn label(self) -> &'static str {
@@ -59,6 +63,7 @@ impl Subject {
             Subject::Peer => "peer",
             Subject::Floor => "floor",
             Subject::Baseline => "baseline",
+            Subject::BootletHttp1 => "bootlet-http1",
         }
     }
 

@@ -17,14 +17,21 @@ pub enum Unit {
 }
 
 /// The subject columns, in order.
-const COLUMNS: [&str; 4] = ["bootlet", "peer (kubelet code)", "floor", "baseline"];
+const COLUMNS: [&str; 5] = [
+    "bootlet",
+    "peer (kubelet code)",
+    "floor",
+    "baseline",
+    "bootlet, HTTP/1.1",
+];
 
 #[derive(Debug, Clone)]
 pub struct Row {
     pub what: String,
     pub unit: Unit,
-    /// One value per column: bootlet, the peer, the floor, the baseline.
-    pub values: [Option<f64>; 4],
+    /// One value per column: bootlet, the peer, the floor, the baseline, bootlet over
+    /// HTTP/1.1.
+    pub values: [Option<f64>; 5],
     /// The most bootlet ÷ peer may be, and how the budget reads.
     pub budget: Option<(f64, &'static str)>,
 }
@@ -37,11 +44,11 @@ impl Row {
         bootlet: Option<f64>,
         peer: Option<f64>,
     ) -> Row {
-        Row::all(what, unit, [bootlet, peer, None, None])
+        Row::all(what, unit, [bootlet, peer, None, None, None])
     }
 
     /// Every subject's value: bootlet, the peer, the floor, the baseline.
-    pub fn all(what: impl Into<String>, unit: Unit, values: [Option<f64>; 4]) -> Row {
+    pub fn all(what: impl Into<String>, unit: Unit, values: [Option<f64>; 5]) -> Row {
         Row {
             what: what.into(),
             unit,
@@ -142,22 +149,30 @@ mod tests {
     }
 
     #[test]
-    fn all_four_subjects_print_with_the_ratio_of_the_first_two() {
+    fn all_five_subjects_print_with_the_ratio_of_the_first_two() {
         let rows = [
-            Row::all("cpu", Unit::Ms, [Some(1e6), Some(4e6), Some(5e5), None])
-                .budget(1.0 / 3.0, "≤ 1/3"),
-            Row::all("rss", Unit::Mib, [Some(2048.0), None, None, Some(4096.0)]),
+            Row::all(
+                "cpu",
+                Unit::Ms,
+                [Some(1e6), Some(4e6), Some(5e5), None, None],
+            )
+            .budget(1.0 / 3.0, "≤ 1/3"),
+            Row::all(
+                "rss",
+                Unit::Mib,
+                [Some(2048.0), None, None, Some(4096.0), None],
+            ),
         ];
         let t = render_all(&rows);
         assert!(
             t.starts_with(
-                "| what | bootlet | peer (kubelet code) | floor | baseline | bootlet ÷ peer | budget | pass |\n\
-                 |---|---:|---:|---:|---:|---:|---|---|\n"
+                "| what | bootlet | peer (kubelet code) | floor | baseline | bootlet, HTTP/1.1 | bootlet ÷ peer | budget | pass |\n\
+                 |---|---:|---:|---:|---:|---:|---:|---|---|\n"
             ),
             "{t}"
         );
         assert!(
-            t.contains("| cpu | 1.000 ms | 4.000 ms | 0.500 ms | — | 0.25 | ≤ 1/3 | PASS |"),
+            t.contains("| cpu | 1.000 ms | 4.000 ms | 0.500 ms | — | — | 0.25 | ≤ 1/3 | PASS |"),
             "{t}"
         );
         assert!(
