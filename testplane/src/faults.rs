@@ -163,8 +163,8 @@ impl FaultState {
 }
 
 /// Fault switches, as one JSON object for `POST /testplane/faults` (all fields optional,
-/// camelCase): `{"outageSeconds": 2}`, `{"failNext": 3, "failStatus": 500}`, `{"resetNext": 1}`,
-/// `{"failAlways": 503}` (`0` turns it off), `{"throttleNext": 2, "retryAfterSeconds": 1}`,
+/// camelCase): `{"outageSeconds": 2}`, `{"failNext": 3, "failStatus": 500}`,
+/// `{"resetNext": 1}`, `{"goAway": true}`, `{"failAlways": 503}` (`0` turns it off), `{"throttleNext": 2, "retryAfterSeconds": 1}`,
 /// `{"throttleAlways": true, "retryAfterSeconds": 5}`, `{"delayMs": 200}`,
 /// `{"skewDateSeconds": 3600}`, `{"leaseConflictOnce": true}`, `{"refuseProtobuf": true}`, `{"watchDropAfter": 1}`,
 /// `{"closeWatches": true}`, `{"resetWatchesAfterMs": 100}` (`0` turns it off),
@@ -178,6 +178,7 @@ pub struct FaultRequest {
     pub outage_seconds: Option<f64>,
     pub fail_next: Option<u32>,
     pub reset_next: Option<u32>,
+    pub go_away: Option<bool>,
     pub fail_status: Option<u16>,
     pub fail_always: Option<u16>,
     pub throttle_next: Option<u32>,
@@ -376,6 +377,11 @@ impl Faults {
         if let Some(n) = r.reset_next {
             self.reset_next(n);
         }
+        if r.go_away == Some(true) {
+            // Answer the request first: the GOAWAY closes this connection too.
+            let me = self.clone();
+            tokio::spawn(async move { me.go_away().await });
+        }
         if let Some(status) = r.fail_always {
             self.fail_always((status != 0).then_some(status));
         }
@@ -445,13 +451,15 @@ mod tests {
     fn the_admin_request_names_every_switch() {
         let r: FaultRequest = serde_json::from_str(
             r#"{"failAlways": 503, "throttleAlways": true, "retryAfterSeconds": 5,
-                "closeWatches": true, "resetWatchesAfterMs": 100, "acceptMode": "stallHandshake"}"#,
+                "closeWatches": true, "resetWatchesAfterMs": 100, "acceptMode": "http1Only",
+                "resetNext": 2, "goAway": true}"#,
         )
         .unwrap();
         assert_eq!(r.fail_always, Some(503));
         assert_eq!(r.throttle_always, Some(true));
-        assert_eq!(r.accept_mode, Some(AcceptMode::StallHandshake));
+        assert_eq!(r.accept_mode, Some(AcceptMode::Http1Only));
         assert_eq!(r.reset_watches_after_ms, Some(100));
+        assert_eq!((r.reset_next, r.go_away), (Some(2), Some(true)));
         assert!(serde_json::from_str::<FaultRequest>(r#"{"acceptMode": "hang"}"#).is_err());
     }
 
