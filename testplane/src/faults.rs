@@ -164,7 +164,8 @@ impl FaultState {
 
 /// Fault switches, as one JSON object for `POST /testplane/faults` (all fields optional,
 /// camelCase): `{"outageSeconds": 2}`, `{"failNext": 3, "failStatus": 500}`,
-/// `{"resetNext": 1}`, `{"goAway": true}`, `{"failAlways": 503}` (`0` turns it off), `{"throttleNext": 2, "retryAfterSeconds": 1}`,
+/// `{"resetNext": 1}`, `{"goAway": true}`, `{"failAlways": 503}` (`0` turns it off),
+/// `{"throttleNext": 2, "retryAfterSeconds": 1}`,
 /// `{"throttleAlways": true, "retryAfterSeconds": 5}`, `{"delayMs": 200}`,
 /// `{"skewDateSeconds": 3600}`, `{"leaseConflictOnce": true}`, `{"refuseProtobuf": true}`, `{"watchDropAfter": 1}`,
 /// `{"closeWatches": true}`, `{"resetWatchesAfterMs": 100}` (`0` turns it off),

@@ -139,7 +139,10 @@ async fn one_kind(
     )
     .ok();
     agents
-        .hold(secs_of("FLEET_REAL_SETTLE_SECONDS", 30), SAMPLE_EVERY)
+        .hold(
+            crate::setup::secs("FLEET_REAL_SETTLE_SECONDS", 30),
+            SAMPLE_EVERY,
+        )
         .await?;
 
     // A steady minute, the restart and the first minute after it.
@@ -206,10 +209,6 @@ async fn one_kind(
     Ok((out, peak))
 }
 
-fn secs_of(name: &str, default: u64) -> Duration {
-    crate::setup::secs(name, default)
-}
-
 /// A steady minute; kube-apiserver SIGKILLed and, after `FLEET_REAL_DOWN_SECONDS` (5),
 /// started again with the same flags, as an upgrade restarts the static pod; the first
 /// minute after its `/readyz`. With agents or without (the server's own warm-up): the
@@ -224,7 +223,11 @@ async fn restart(
     let killed_at = Instant::now();
     eprintln!("fleet-real: SIGKILL kube-apiserver");
     c.kill_component(API).await;
-    wait(agents.as_deref_mut(), secs_of("FLEET_REAL_DOWN_SECONDS", 5)).await?;
+    wait(
+        agents.as_deref_mut(),
+        crate::setup::secs("FLEET_REAL_DOWN_SECONDS", 5),
+    )
+    .await?;
     c.start_component(API)
         .await
         .map_err(|e| format!("restart kube-apiserver: {e}"))?;

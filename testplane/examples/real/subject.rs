@@ -23,7 +23,7 @@ impl Kind {
     }
 }
 
-/// Any of the four subjects.
+/// Any of the five subjects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Subject {
     Bootlet,

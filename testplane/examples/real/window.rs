@@ -46,21 +46,21 @@ pub struct Figures {
     pub lat_count: f64,
 }
 
+async fn api_pid(c: &Cluster) -> Result<u32, String> {
+    c.pid("kube-apiserver")
+        .await
+        .ok_or_else(|| "kube-apiserver is not running".to_string())
+}
+
 /// kube-apiserver's utime + stime so far, in ns.
 pub async fn api_cpu_ns(c: &Cluster) -> Result<u64, String> {
-    let pid = c
-        .pid("kube-apiserver")
-        .await
-        .ok_or("kube-apiserver is not running")?;
+    let pid = api_pid(c).await?;
     with_reaped_children_ns(pid).ok_or_else(|| format!("/proc/{pid}/stat unreadable"))
 }
 
 /// kube-apiserver's resident memory (VmRSS) now, KiB.
 pub async fn api_rss_kib(c: &Cluster) -> Result<u64, String> {
-    let pid = c
-        .pid("kube-apiserver")
-        .await
-        .ok_or("kube-apiserver is not running")?;
+    let pid = api_pid(c).await?;
     testplane::sched::status_kib(pid, "VmRSS:")
         .ok_or_else(|| format!("/proc/{pid}/status unreadable"))
 }
