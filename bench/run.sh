@@ -7,7 +7,7 @@
 #     BENCH_BASELINE_SECONDS=20 bash bench/run.sh      # a quick look, under a minute
 # The table is also written to target/bench-table.md. Exit status 2 on a harness error only;
 # a missed budget prints FAIL.
-#   bash bench/run.sh --real                           # on a real cluster, beside the kubelet's code (~25 min)
+#   bash bench/run.sh --real                           # on a real cluster, beside the kubelet's code (~50 min)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,8 +1,8 @@
-//! `bash bench/run.sh --real`: one real cluster; an idle window first (what the cluster
-//! costs with no node, taken off the server-side figures); then for each N (REAL_NS,
-//! "100,500") four groups in turn, never side by side: bootlet's N agents, the peer's N (or
-//! as many as fit in memory), the floor's N and the baseline's N (at most REAL_BASELINE_N,
-//! 50). Each group is a fresh set of nodes reaching the API server through the relay
+//! `bash bench/run.sh --real`: one real cluster, its control plane on a CPU of its own
+//! (`pin.rs`); an idle window first (what the cluster costs with no node, taken off the
+//! server-side figures); then for each N (REAL_NS, "100,500") five groups in turn, never side
+//! by side: bootlet's N agents, the peer's N (or as many as fit in memory), the floor's N,
+//! the baseline's N (at most REAL_BASELINE_N, 50) and bootlet's over HTTP/1.1. Each group is a fresh set of nodes reaching the API server through the relay
 //! (bootstrapping from one join token, but the floor, whose certificates the driver mints),
 //! measured over a steady window after a settling time, then stopped and its Nodes and
 //! Leases deleted.
@@ -14,6 +14,7 @@ use testplane::kube::Cluster;
 use testplane::stats::percentile;
 
 use crate::agents::{delete_nodes, Agents, Stage};
+use crate::pin::Split;
 use crate::relay::Relay;
 use crate::rows::{rows_for, Group};
 use crate::subject::Subject;
@@ -34,20 +35,20 @@ struct Idle {
 }
 
 pub async fn run() -> Result<String, String> {
-    let c = crate::setup::cluster("bench-real").await?;
-    let result = measure(&c).await;
+    let (c, split) = crate::setup::cluster("bench-real", true).await?;
+    let result = measure(&c, split.as_ref()).await;
     c.shutdown().await;
     result
 }
 
-async fn measure(c: &Cluster) -> Result<String, String> {
+async fn measure(c: &Cluster, split: Option<&Split>) -> Result<String, String> {
     let bins = crate::setup::bins(c)?;
     let ns: Vec<usize> = std::env::var("REAL_NS")
         .unwrap_or_else(|_| "100,500".into())
         .split(',')
         .filter_map(|v| v.trim().parse().ok())
         .collect();
-    let steady = crate::setup::secs("REAL_STEADY_SECONDS", 60);
+    let steady = crate::setup::secs("REAL_STEADY_SECONDS", 120);
     let settle = crate::setup::secs("REAL_SETTLE_SECONDS", 30);
     let idle_secs = crate::setup::secs("REAL_IDLE_SECONDS", 60);
     let relay = Relay::start(c.addr())
@@ -77,14 +78,18 @@ async fn measure(c: &Cluster) -> Result<String, String> {
     let mut rows = Vec::new();
     let mut peer_anon_kib: Option<f64> = None;
     let mut notes = Vec::new();
-    // REAL_SUBJECTS (e.g. "bootlet") runs only those; REAL_BOOTLET_ARGS adds flags to
-    // bootlet's command line (e.g. "--test-lease-http1"): with both, one variant of bootlet
-    // against the same cluster, for the README's protocol comparisons.
+    // REAL_SUBJECTS (e.g. "bootlet") runs only those, in its order; REAL_BOOTLET_ARGS adds
+    // flags to bootlet's command line (e.g. "--test-lease-http1"): with both, one variant of
+    // bootlet against the same cluster, for the README's protocol comparisons.
     let only = std::env::var("REAL_SUBJECTS").unwrap_or_default();
-    let subjects: Vec<Subject> = Subject::ALL
-        .into_iter()
-        .filter(|s| only.is_empty() || only.split(',').any(|o| o.trim() == s.label()))
-        .collect();
+    let subjects: Vec<Subject> = if only.is_empty() {
+        Subject::ALL.to_vec()
+    } else {
+        // In the order given: "peer,bootlet" runs the peer's group first.
+        only.split(',')
+            .filter_map(|o| Subject::ALL.into_iter().find(|s| s.label() == o.trim()))
+            .collect()
+    };
     if let Ok(extra) = std::env::var("REAL_BOOTLET_ARGS") {
         notes.push(format!("bootlet ran with REAL_BOOTLET_ARGS: {extra}"));
     }
@@ -165,9 +170,10 @@ async fn measure(c: &Cluster) -> Result<String, String> {
     for n in notes {
         writeln!(report, "- {n}").ok();
     }
+    let cpus = crate::pin::describe(split);
     writeln!(
         report,
-        "- load average before {load_before}, after {}; 2 cores shared with the cluster and the driver",
+        "- load average before {load_before}, after {}; {cpus}",
         crate::procfs::loadavg()
     )
     .ok();
@@ -198,7 +204,9 @@ async fn group(
     eprintln!("real: {n} {label} agents have certificates; settling {settle:?}");
     agents.hold(settle, SAMPLE_EVERY).await?;
     let a = mark(c, Some(&mut agents), relay).await?;
-    agents.hold(steady, SAMPLE_EVERY).await?;
+    let profile = crate::setup::pprof(c, &prefix, steady.as_secs().saturating_sub(2).max(1));
+    let (held, ()) = tokio::join!(agents.hold(steady, SAMPLE_EVERY), profile);
+    held?;
     let b = mark(c, Some(&mut agents), relay).await?;
     let f = between(&a, &b);
     let end = end_sample(&b);

@@ -43,6 +43,7 @@ use testplane::kube::{Cluster, Options};
 use tokio::time::Instant;
 
 use crate::agents::{Agents, Kind, Stage};
+use crate::pin::Split;
 use crate::relay::Relay;
 use crate::table::{render, Row, Unit};
 use crate::window::{api_cpu_ns, between, mark, Figures};
@@ -126,15 +127,13 @@ pub async fn run() -> Result<String, String> {
         "rotation: starting a cluster signing {:?} certificates",
         opts.cert_ttl
     );
-    let c = Cluster::start(opts)
-        .await
-        .map_err(|e| format!("start the cluster: {e}"))?;
-    let result = measure(&c).await;
+    let (c, split) = crate::pin::cluster(opts).await?;
+    let result = measure(&c, split.as_ref()).await;
     c.shutdown().await;
     result
 }
 
-async fn measure(c: &Cluster) -> Result<String, String> {
+async fn measure(c: &Cluster, split: Option<&Split>) -> Result<String, String> {
     let bins = crate::setup::bins(c)?;
     let relay = Relay::start(c.addr())
         .await
@@ -252,6 +251,7 @@ async fn measure(c: &Cluster) -> Result<String, String> {
         p.around_wakeups
     )
     .ok();
+    writeln!(out, "- {}", crate::pin::describe(split)).ok();
     let path = "target/bench-real.md";
     let mut md = std::fs::read_to_string(path).unwrap_or_default();
     md.push_str(&out);

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use testplane::kube::{Cluster, Options};
 
+use crate::pin::Split;
 use crate::spawn::Bins;
 
 /// A number from the environment, or `default`.
@@ -40,19 +41,54 @@ pub fn peers_that_fit(want: usize, peer_anon_kib: f64) -> usize {
     fit.clamp(1, want)
 }
 
-/// Start the cluster for a run, state under `target/NAME-state`.
-pub async fn cluster(name: &str) -> Result<Cluster, String> {
+/// Start the cluster for a run, state under `target/NAME-state`, its control plane on a
+/// CPU of its own when `pinned` (`pin.rs`; the split used is returned).
+pub async fn cluster(name: &str, pinned: bool) -> Result<(Cluster, Option<Split>), String> {
     let dir = PathBuf::from("target").join(format!("{name}-state"));
     let dir = std::path::absolute(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     eprintln!(
         "real: starting etcd, kube-apiserver, kube-controller-manager under {}",
         dir.display()
     );
-    let c = Cluster::start(Options::new(dir))
-        .await
-        .map_err(|e| format!("start the cluster: {e}"))?;
+    let mut opts = Options::new(dir);
+    if pprof_dir().is_some() {
+        opts.apiserver_args.push("--profiling=true".into());
+    }
+    let (c, split) = if pinned {
+        crate::pin::cluster(opts).await?
+    } else {
+        let c = Cluster::start(opts)
+            .await
+            .map_err(|e| format!("start the cluster: {e}"))?;
+        (c, None)
+    };
     eprintln!("real: Kubernetes {} at {}", c.release(), c.url());
-    Ok(c)
+    Ok((c, split))
+}
+
+/// `REAL_PPROF`: a directory for kube-apiserver's CPU profiles (one per subject's steady
+/// window, `go tool pprof` reads them); unset, kube-apiserver runs with profiling off.
+pub fn pprof_dir() -> Option<PathBuf> {
+    std::env::var_os("REAL_PPROF")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+/// kube-apiserver's CPU profile over the next `secs` seconds, written to `DIR/NAME.pb.gz`
+/// when `REAL_PPROF` is set (a failed profile is reported, not fatal: it is a diagnosis).
+pub async fn pprof(c: &Cluster, name: &str, secs: u64) {
+    let Some(dir) = pprof_dir() else { return };
+    let path = format!("/debug/pprof/profile?seconds={secs}");
+    let out = c.kubectl(&["get", "--raw", &path]).await;
+    let file = dir.join(format!("{name}.pb.gz"));
+    let written = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&file, &out.stdout));
+    match (out.status.success(), written) {
+        (true, Ok(())) => eprintln!("real: kube-apiserver's CPU profile in {}", file.display()),
+        (ok, w) => eprintln!(
+            "real: no CPU profile for {name} (kubectl ok: {ok}, write: {w:?}): {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ),
+    }
 }
 
 /// A path from the environment, or `default`, made absolute.
