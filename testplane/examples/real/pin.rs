@@ -3,13 +3,15 @@
 //! agents, the relay and the driver on the others, as a cluster's nodes never share its API
 //! server's cores. Without it, kube-apiserver's CPU per request depends on how busy the
 //! agents keep the shared cores: the idler they leave them, the more CPU time each request
-//! costs (a core woken from idle, cold caches, the Go scheduler waking threads), which
-//! charges the lightest agent for being light.
+//! costs (measured, README "Beside the kubelet"; a core woken from idle, cold caches or the
+//! Go scheduler waking threads, which of them is not), charging the lightest agent for
+//! being light.
 //!
 //! `real bench` and `real rotation` run this way; `real fleet` does not (it starts
-//! kube-apiserver again from the driver). The processes are placed with `taskset` (util-linux): the driver moves itself (every
-//! thread) to the control plane's CPU before it starts the cluster, so the components start
-//! there (and size their Go runtimes to it), then to the nodes' CPUs.
+//! kube-apiserver again from the driver). The processes are placed with `taskset`
+//! (util-linux): the driver moves itself (every thread) to the control plane's CPU before
+//! it starts the cluster, so the components start there (and size their Go runtimes to
+//! it), then to the nodes' CPUs.
 
 use std::process::Command;
 
