@@ -1,8 +1,9 @@
 //! `bash bench/run.sh --real`: one real cluster, its control plane on a CPU of its own
 //! (`pin.rs`); an idle window first (what the cluster costs with no node, taken off the
-//! server-side figures); then for each N (REAL_NS, "100,500") five groups in turn, never side
-//! by side: bootlet's N agents, the peer's N (or as many as fit in memory), the floor's N,
-//! the baseline's N (at most REAL_BASELINE_N, 50) and bootlet's over HTTP/1.1. Each group is a fresh set of nodes reaching the API server through the relay
+//! server-side figures); then for each N (REAL_NS, "100,500") five groups in turn, never
+//! side by side: bootlet's N agents, the peer's N (or as many as fit in memory), the
+//! floor's N, the baseline's N (at most REAL_BASELINE_N, 50) and bootlet's over HTTP/1.1.
+//! Each group is a fresh set of nodes reaching the API server through the relay
 //! (bootstrapping from one join token, but the floor, whose certificates the driver mints),
 //! measured over a steady window after a settling time, then stopped and its Nodes and
 //! Leases deleted.

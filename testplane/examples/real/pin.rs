@@ -48,8 +48,10 @@ impl Split {
 
 /// Starts the cluster on the control plane's CPU, then moves this process (the driver, and
 /// so the relay and every agent it starts) to the nodes' CPUs; without a split, as is.
-pub async fn cluster(opts: Options) -> Result<(Cluster, Option<Split>), String> {
-    let split = Split::from_env();
+pub async fn cluster(
+    opts: Options,
+    split: Option<Split>,
+) -> Result<(Cluster, Option<Split>), String> {
     if let Some(s) = &split {
         this_process(&s.plane)?;
     }

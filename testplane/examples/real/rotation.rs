@@ -127,7 +127,7 @@ pub async fn run() -> Result<String, String> {
         "rotation: starting a cluster signing {:?} certificates",
         opts.cert_ttl
     );
-    let (c, split) = crate::pin::cluster(opts).await?;
+    let (c, split) = crate::pin::cluster(opts, Split::from_env()).await?;
     let result = measure(&c, split.as_ref()).await;
     c.shutdown().await;
     result

@@ -54,14 +54,8 @@ pub async fn cluster(name: &str, pinned: bool) -> Result<(Cluster, Option<Split>
     if pprof_dir().is_some() {
         opts.apiserver_args.push("--profiling=true".into());
     }
-    let (c, split) = if pinned {
-        crate::pin::cluster(opts).await?
-    } else {
-        let c = Cluster::start(opts)
-            .await
-            .map_err(|e| format!("start the cluster: {e}"))?;
-        (c, None)
-    };
+    let split = if pinned { Split::from_env() } else { None };
+    let (c, split) = crate::pin::cluster(opts, split).await?;
     eprintln!("real: Kubernetes {} at {}", c.release(), c.url());
     Ok((c, split))
 }
