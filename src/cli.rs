@@ -20,6 +20,9 @@ pub enum Command {
     Run(Flags),
     /// Walk the join chain and name the root cause.
     Doctor { flags: Flags, output: OutputFormat },
+    /// Exit 0 when the node's identity (kubeconfig and a valid client certificate) is on
+    /// disk; else say why and exit 1. The kubelet's `ExecStartPre=` (20-bootlet.conf).
+    CheckIdentity(Flags),
     /// Print the version.
     Version,
     /// Packaging (hidden): write the man pages or the shell completions into a directory.
@@ -214,6 +217,7 @@ where
             flags,
             output: output.unwrap_or_default(),
         },
+        Some(Sub::CheckIdentity(flags)) => Command::CheckIdentity(flags),
         Some(Sub::Version) => Command::Version,
         Some(Sub::Generate { what, dir }) => Command::Generate { what, dir },
     })
@@ -254,6 +258,10 @@ enum Sub {
         #[arg(long, value_enum, value_name = "FORMAT")]
         output: Option<OutputFormat>,
     },
+    /// Exit 0 when the node's identity is on disk (the kubeconfig and a client certificate
+    /// valid now for this node), else say what is missing and what bootlet waits for, and
+    /// exit 1: the kubelet's ExecStartPre, so the kubelet never starts without an identity
+    CheckIdentity(Flags),
     /// Print the version
     Version,
     /// Write the man pages (`man`) or the bash, zsh and fish completions (`completions`) into

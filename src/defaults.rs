@@ -27,8 +27,15 @@ pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(40);
 pub const DEFAULT_CSR_TIMEOUT: Duration = Duration::from_secs(3600);
 /// Off as in the kubelet: serving CSRs need an approver most clusters do not run yet.
 pub const DEFAULT_ROTATE_SERVER_CERTIFICATES: bool = false;
-/// Loopback only: metrics and health are for the node's own agents, not the network.
-pub const DEFAULT_METRICS_BIND_ADDRESS: &str = "127.0.0.1:10259";
+/// Loopback only: metrics and health are for the node's own agents, not the network. The
+/// port is outside every one a Kubernetes node or control plane listens on: 10248-10259
+/// are the kubelet's (10248, 10250, 10255), kube-proxy's (10249, 10256),
+/// kube-controller-manager's (10257), cloud-controller-manager's (10258) and
+/// kube-scheduler's (10259, bound on 127.0.0.1 by kubeadm on every control-plane node; it
+/// was this default until kubeadm's `Port-10259` preflight showed the clash), 2379-2381
+/// etcd's, 6443 kube-apiserver's, and the common node agents' (node-exporter 9100, Calico
+/// 9099, Cilium 9962-9965) are elsewhere too.
+pub const DEFAULT_METRICS_BIND_ADDRESS: &str = "127.0.0.1:10271";
 /// A few past certificates for forensics and rollback without filling the disk.
 pub const DEFAULT_KEEP_CERTIFICATES: usize = 5;
 /// Skipping TLS verification hands the node's identity to whoever answers; opt in only.

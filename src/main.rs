@@ -59,6 +59,34 @@ fn main() -> ExitCode {
                 Err(e) => fail(&e),
             }
         }
+        Command::CheckIdentity(flags) => {
+            let settings = match Settings::load(&flags) {
+                Ok(s) => s,
+                Err(e) => return fail(&e),
+            };
+            match bootlet::identity::check::check(&settings) {
+                Ok(info) => {
+                    println!(
+                        "bootlet: the identity of node {} is in place (serial {}, valid until {})",
+                        settings.node_name,
+                        info.serial,
+                        bootlet::runtime::health::rfc3339(info.not_after)
+                    );
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!(
+                        "bootlet: the kubelet waits for the identity of node {}: {}",
+                        settings.node_name,
+                        report(&e)
+                    );
+                    if let Some(status) = bootlet::identity::check::agent_status() {
+                        eprintln!("bootlet: bootlet.service says: {status}");
+                    }
+                    ExitCode::from(1)
+                }
+            }
+        }
         Command::Doctor { flags, output } => {
             // No telemetry: doctor's findings go to stdout; 2 = it could not run at all.
             match tokio::runtime::Builder::new_current_thread()

@@ -87,8 +87,11 @@ sed "s|^ExecStart=/usr/bin/bootlet|ExecStart=$prefix/bin/bootlet|" \
   systemd/bootlet.service >"$unitdir/bootlet.service"
 chmod 0644 "$unitdir/bootlet.service"
 if $dropin; then
-  install -D -m 0644 systemd/kubelet.service.d/20-bootlet.conf \
-    "$unitdir/kubelet.service.d/20-bootlet.conf"
+  # Its ExecStartPre runs the bootlet just installed.
+  install -d -m 0755 "$unitdir/kubelet.service.d"
+  sed "s|^ExecStartPre=/usr/bin/bootlet |ExecStartPre=$prefix/bin/bootlet |" \
+    systemd/kubelet.service.d/20-bootlet.conf >"$unitdir/kubelet.service.d/20-bootlet.conf"
+  chmod 0644 "$unitdir/kubelet.service.d/20-bootlet.conf"
 fi
 serving_dropin="$unitdir/kubelet.service.d/30-bootlet-serving.conf"
 if $serving; then

@@ -462,7 +462,7 @@ async fn setup(name: &str) -> (TestPlane, NodeDir, Vec<String>, Vec<(String, Str
 }
 
 const CASES: &[Case] = &[
-    Case { name: "1 kubeconfig missing", statuses: "PFSSSSSSSSS", root: Some("bootstrap-kubeconfig"), summary: &["bootstrap-kubelet.conf: no such file", "cannot join"], fix: "kubeadm token create --print-join-command" },
+    Case { name: "1 kubeconfig missing", statuses: "PFSSSSSSSSS", root: Some("bootstrap-kubeconfig"), summary: &["has not been given a bootstrap credential yet", "bootstrap-kubelet.conf and no client certificate"], fix: "kubeadm token create --print-join-command" },
     Case { name: "1 kubeconfig unreadable", statuses: "PFSSSSSSSSS", root: Some("bootstrap-kubeconfig"), summary: &["bootstrap-kubelet.conf: cannot read: is a directory, not a regular file"], fix: "kubeadm token create --print-join-command" },
     Case { name: "1 kubeconfig not yaml", statuses: "PFSSSSSSSSS", root: Some("bootstrap-kubeconfig"), summary: &["not a kubeconfig"], fix: "kubeadm token create --print-join-command" },
     Case { name: "1 kubeconfig without server", statuses: "PFSSSSSSSSS", root: Some("bootstrap-kubeconfig"), summary: &["has no server"], fix: "kubeadm token create --print-join-command" },

@@ -7,6 +7,8 @@
 //! down (PID namespace killed, cgroups removed) even when an assertion fails. Without root or
 //! systemd-nspawn the e2e test fails loudly: .ci/run installs systemd-container.
 
+#[path = "systemd/boot.rs"]
+mod boot;
 #[path = "systemd/package.rs"]
 mod package;
 mod support;
@@ -64,7 +66,8 @@ fn verifiable_units() -> tempfile::TempDir {
     .unwrap();
     let dropin = std::fs::read_to_string(systemd_dir().join("kubelet.service.d/20-bootlet.conf"))
         .unwrap()
-        .replace("/usr/bin/kubelet", "/bin/true");
+        .replace("/usr/bin/kubelet", "/bin/true")
+        .replace("/usr/bin/bootlet", BIN);
     std::fs::create_dir(dir.path().join("kubelet.service.d")).unwrap();
     std::fs::write(dir.path().join("kubelet.service.d/20-bootlet.conf"), dropin).unwrap();
     // The optional serving drop-in (install.sh --serving), verified on top of the first.
@@ -123,8 +126,55 @@ struct Container {
     cgroup: String,
 }
 
+/// How a container boots: over a throwaway layer into basic.target (most tests), or over
+/// an [`Image`]'s layer, which outlives the container, into its default target (a node
+/// built from an image, booted and rebooted).
+#[derive(Clone, Copy)]
+enum Boot<'a> {
+    Volatile,
+    /// The image's layer, into `target` (None: the image's default target).
+    Image(&'a Image, Option<&'static str>),
+}
+
+/// A writable layer over the host root that outlives a container: what `dpkg -i` did in
+/// one boot is there at the next (an image build, then its first boot; a reboot). A tmpfs
+/// of its own, since overlayfs refuses an upper layer inside its lower one (the host root).
+struct Image {
+    dir: PathBuf,
+}
+
+impl Image {
+    fn new(share: &Path) -> Image {
+        let dir = share.join("image");
+        std::fs::create_dir_all(&dir).unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "mode=0755", "tmpfs"])
+            .arg(&dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "mounting a tmpfs on {}", dir.display());
+        for sub in ["upper", "work", "merged"] {
+            std::fs::create_dir_all(dir.join(sub)).unwrap();
+        }
+        Image { dir }
+    }
+}
+
+impl Drop for Image {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("--lazy")
+            .arg(&self.dir)
+            .status();
+    }
+}
+
 impl Container {
     async fn boot(name: &str, share: &Path) -> Container {
+        Container::boot_as(name, share, Boot::Volatile).await
+    }
+
+    async fn boot_as(name: &str, share: &Path, how: Boot<'_>) -> Container {
         assert!(
             which("systemd-nspawn"),
             "systemd-nspawn is missing: apt-get install systemd-container (.ci/run does)"
@@ -152,9 +202,39 @@ impl Container {
         let root = share.join("root");
         std::fs::create_dir_all(&root).unwrap();
         let s = share.display();
+        // A volatile boot: nspawn's own tmpfs overlay, basic.target. An image's: its layer
+        // over the host root, mounted here, and the default target (what a node boots).
+        let (layer, dir, volatile, unit) = match how {
+            Boot::Volatile => (
+                String::new(),
+                root.clone(),
+                "--volatile=overlay",
+                " -- --unit=basic.target",
+            ),
+            Boot::Image(image, target) => {
+                let i = image.dir.display();
+                (
+                    format!(" && mount -t overlay overlay -o lowerdir={},upperdir={i}/upper,workdir={i}/work {i}/merged", root.display()),
+                    image.dir.join("merged"),
+                    "",
+                    match target {
+                        Some("basic.target") => " -- --unit=basic.target",
+                        Some(other) => panic!("no boot into {other} here"),
+                        None => "",
+                    },
+                )
+            }
+        };
+        let dropins = match how {
+            Boot::Volatile => {
+                format!(" --bind-ro={s}/bootlet.service.d:/etc/systemd/system/bootlet.service.d")
+            }
+            Boot::Image(..) => String::new(),
+        };
         let script = format!(
-            "{enter} exec unshare -m --propagation private sh -c 'mount --bind / {root} && exec systemd-nspawn --quiet --register=no --keep-unit --volatile=overlay --console=pipe -D {root} -M {name} --bind-ro={repo}:{repo} --bind-ro={kube}:{kube} --bind={s}:{s} --bind-ro={s}/bootlet.service.d:/etc/systemd/system/bootlet.service.d -b -- --unit=basic.target'",
+            "{enter} exec unshare -m --propagation private sh -c 'mount --bind / {root}{layer} && exec systemd-nspawn --quiet --register=no --keep-unit {volatile} --console=pipe -D {dir} -M {name} --bind-ro={repo}:{repo} --bind-ro={kube}:{kube} --bind={s}:{s}{dropins} -b{unit}'",
             root = root.display(),
+            dir = dir.display(),
             // nspawn mounts a fresh tmpfs on /tmp: a checkout under /tmp (as CI's may be)
             // is only visible inside through an explicit bind.
             repo = env!("CARGO_MANIFEST_DIR"),
@@ -189,7 +269,12 @@ impl Container {
             c.leader = child_named(pid, "systemd").unwrap_or(0);
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        // Booted once the manager answers and the initial transaction finished.
+        // Booted once the manager answers and the initial transaction finished: a node's
+        // boot (an image's) has a minute, as issue 31's first boot asks.
+        let deadline = match how {
+            Boot::Volatile => deadline,
+            Boot::Image(..) => Instant::now() + Duration::from_secs(60),
+        };
         loop {
             let (_, state) = c
                 .exec(&["timeout", "20", "systemctl", "is-system-running", "--wait"])
@@ -204,6 +289,15 @@ impl Container {
             );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// `systemctl poweroff`, and wait (30 s at most) for the container to be gone: its
+    /// image layer keeps what it wrote, for the next boot.
+    async fn poweroff(mut self) {
+        let _ = self.exec(&["systemctl", "poweroff", "--no-block"]).await;
+        let gone = tokio::time::timeout(Duration::from_secs(30), self.nspawn.wait()).await;
+        assert!(gone.is_ok(), "the container did not power off within 30 s");
+        self.leader = 0;
     }
 
     /// Runs a command inside the container (all its namespaces).
@@ -350,6 +444,11 @@ class Healthz(http.server.BaseHTTPRequestHandler):
 http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Healthz).serve_forever()
 "#;
 
+/// The kubelet package's unit (kubernetes/release ships these lines), running whatever
+/// /usr/bin/kubelet is: `Restart=always` is what starts it again once bootlet's identity is
+/// there (its ExecStartPre refuses it until then).
+const KUBELET_UNIT: &str = "[Unit]\nDescription=kubelet: The Kubernetes Node Agent\nWants=network-online.target\nAfter=network-online.target\n[Service]\nExecStart=/usr/bin/kubelet\nRestart=always\nStartLimitInterval=0\nRestartSec=10\n[Install]\nWantedBy=multi-user.target\n";
+
 /// A loopback port nothing listens on now (the container shares the host network).
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -466,8 +565,10 @@ async fn bootlet_service_under_a_real_systemd() {
         "{unit}"
     );
 
-    // 1. `systemctl start kubelet` pulls bootlet in; bootlet is activating while the CSR
-    // waits for a human (the approve command in STATUS), and the kubelet waits for it.
+    // 1. `systemctl start kubelet` pulls bootlet in; bootlet says the CSR waits for a human
+    // (the approve command in STATUS) and, 5 s on, ends its start job so nothing ordered
+    // after it waits for a person; the kubelet's ExecStartPre keeps it from running
+    // without the identity, saying the same in its journal.
     c.exec(&["systemctl", "start", "--no-block", "kubelet"])
         .await;
     let csr = wait_event(&mut events, |e| match e {
@@ -486,11 +587,29 @@ async fn bootlet_service_under_a_real_systemd() {
         },
     )
     .await;
-    assert_eq!(c.show("ActiveState").await, "activating");
+    c.until(
+        "bootlet's start job over while the CSR waits",
+        Duration::from_secs(15),
+        move || async move { (c.show("ActiveState").await == "active").then_some(()) },
+    )
+    .await;
+    c.until(
+        "the kubelet refused by its ExecStartPre",
+        Duration::from_secs(15),
+        move || async move {
+            let (_, j) = c
+                .exec(&["journalctl", "-u", "kubelet", "--no-pager", "-o", "cat"])
+                .await;
+            j.contains("the kubelet waits for the identity of node e2e-node")
+                .then_some(())
+        },
+    )
+    .await;
     assert_eq!(
-        c.show_unit("kubelet", "ActiveState").await,
-        "inactive",
-        "the kubelet started before bootlet was ready"
+        c.show_unit("kubelet", "ExecMainStartTimestampMonotonic")
+            .await,
+        "0",
+        "the kubelet ran without an identity"
     );
     let status = c
         .exec(&["systemctl", "status", "--no-pager", "bootlet"])
@@ -505,9 +624,10 @@ async fn bootlet_service_under_a_real_systemd() {
     // 2. Approval: bootlet is ready on its certificate alone, the kubelet starts after it,
     // and once the kubelet answers /healthz the Lease is written.
     tp.approve(&csr).unwrap();
-    c.until("both active", Duration::from_secs(15), move || async move {
+    // The kubelet's next try (RestartSec=10) starts it on the certificate.
+    c.until("both active", Duration::from_secs(25), move || async move {
         (c.show("ActiveState").await == "active"
-            && c.show_unit("kubelet", "ActiveState").await == "active")
+            && c.show_unit("kubelet", "SubState").await == "running")
             .then_some(())
     })
     .await;
@@ -723,9 +843,10 @@ async fn plane(approval: Approval) -> TestPlane {
 /// volatile overlay of the host root) that is the stand-in.
 fn kubelet_standin(share: &Path, healthz: u16) -> String {
     std::fs::write(share.join("kubelet-standin.py"), KUBELET_STANDIN).unwrap();
+    std::fs::write(share.join("kubelet.service"), KUBELET_UNIT).unwrap();
     format!(
-        "printf '#!/bin/sh\\nexec /usr/bin/python3 {}/kubelet-standin.py {healthz}\\n' >/usr/bin/kubelet && chmod 755 /usr/bin/kubelet && printf '[Unit]\\nDescription=kubelet stand-in\\n[Service]\\nExecStart=/usr/bin/kubelet\\n' >/etc/systemd/system/kubelet.service && systemctl daemon-reload",
-        share.display()
+        "printf '#!/bin/sh\\nexec /usr/bin/python3 {s}/kubelet-standin.py {healthz}\\n' >/usr/bin/kubelet && chmod 755 /usr/bin/kubelet && cp {s}/kubelet.service /etc/systemd/system/kubelet.service && systemctl daemon-reload",
+        s = share.display()
     )
 }
 

@@ -129,7 +129,7 @@ fn help_states_every_default() {
         "[default: 10s]",
         "[default: 40s]",
         "[default: 1h]",
-        "[default: 127.0.0.1:10259]",
+        "[default: 127.0.0.1:10271]",
         "[default: 5]",
         "[default: false]",
         "[default: true]",

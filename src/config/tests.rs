@@ -188,7 +188,7 @@ fn defaults_are_the_contract_defaults() {
     assert_eq!(s.csr_timeout, Duration::from_secs(3600));
     assert_eq!(
         s.metrics_bind_address,
-        Some("127.0.0.1:10259".parse().unwrap())
+        Some("127.0.0.1:10271".parse().unwrap())
     );
     assert_eq!(s.lease_health_probe, None);
     assert_eq!(s.keep_certificates, 5);
@@ -289,7 +289,7 @@ fn errors_name_the_flag() {
     );
     assert_eq!(
         err(None, &["--metrics-bind-address", "nowhere"]),
-        r#"--metrics-bind-address: invalid address "nowhere" (use IP:PORT such as 127.0.0.1:10259, or off)"#
+        r#"--metrics-bind-address: invalid address "nowhere" (use IP:PORT such as 127.0.0.1:10271, or off)"#
     );
     assert_eq!(
         err(None, &["--keep-certificates=0"]),

@@ -5,7 +5,7 @@
 use std::time::SystemTime;
 
 use crate::api;
-use crate::api::kubeconfig::Credential;
+use crate::api::kubeconfig::{Credential, KubeconfigError};
 use crate::config::{ConfigError, Settings};
 use crate::identity::bootstrap::InstalledError;
 use crate::pki::verify::VerifyError;
@@ -98,6 +98,21 @@ fn bootstrap_kubeconfig(obs: &Observations) -> Outcome {
         Outcome::warn(
             format!("{problem}; not needed while the client certificate is valid, only to re-join"),
             Some(NEW_TOKEN.into()),
+        )
+    } else if let (Some(Err(KubeconfigError::Missing { path })), CertObs::Absent) =
+        (&obs.bootstrap, &obs.cert)
+    {
+        // A node nobody has joined yet (an image's first boot before cloud-init's
+        // `kubeadm join`): nothing is broken, it has simply not been given a credential.
+        Outcome::fail(
+            format!(
+                "this node has not been given a bootstrap credential yet: no {} and no client certificate; bootlet waits for the file and joins within seconds of it appearing",
+                path.display()
+            ),
+            format!(
+                "on a control-plane host: {NEW_TOKEN}; then run the printed `kubeadm join …` on this node (it writes {}), or write a bootstrap kubeconfig there yourself",
+                path.display()
+            ),
         )
     } else {
         Outcome::fail(

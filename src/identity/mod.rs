@@ -3,6 +3,7 @@
 //! layers; nothing below imports it.
 
 pub mod bootstrap;
+pub mod check;
 pub mod client;
 pub mod csr;
 pub mod issue;

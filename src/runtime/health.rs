@@ -61,6 +61,14 @@ impl Snapshot {
         self.cert.is_some()
     }
 
+    /// READY=1 for systemd: the identity is in place ([`Snapshot::ready`]), or issuing it
+    /// waits on something outside bootlet ([`State::waits_on_others`]). bootlet's start job
+    /// is then over, so nothing ordered after it (the boot, `multi-user.target`, cloud-init's
+    /// final stage that runs `kubeadm join`) waits for a person or a later boot stage.
+    pub fn started(&self, now: SystemTime) -> bool {
+        self.ready() || self.bootstrap.waits_on_others(now)
+    }
+
     /// Whether the client certificate in use has expired at `now`: it stays in the snapshot
     /// until a replacement is installed, so readers compare it with the clock.
     pub fn cert_expired(&self, now: SystemTime) -> bool {

@@ -60,7 +60,14 @@ pub async fn run(health: Health, mut shutdown: Shutdown) {
         if let Some(line) = status.as_deref().filter(|line| *line != last_status) {
             states.push(NotifyState::Status(line));
         }
-        let ready_now = !ready_sent && snap.ready();
+        // Under systemd, READY=1 also once the identity waits on others (see
+        // `Snapshot::started`); by hand there is no start job to end, only the log line.
+        let ready_now = !ready_sent
+            && if listening {
+                snap.started(now)
+            } else {
+                snap.ready()
+            };
         if ready_now {
             states.push(NotifyState::Ready);
         }
@@ -76,7 +83,16 @@ pub async fn run(health: Health, mut shutdown: Shutdown) {
             last_status = line;
         }
         if ready_now {
-            tracing::info!("ready: client certificate and kubeconfig in place");
+            if snap.ready() {
+                tracing::info!("ready: client certificate and kubeconfig in place");
+            } else {
+                // Not the identity: the boot goes on, and the kubelet (its ExecStartPre
+                // `bootlet check-identity`) waits for the identity, not the boot for us.
+                tracing::info!(
+                    waiting_for = %snap.status_line(now),
+                    "started: the node's identity waits on something outside bootlet; systemd may go on booting"
+                );
+            }
             ready_sent = true;
         }
         if !listening && ready_sent {
@@ -180,7 +196,7 @@ pub fn reloading() {
 pub fn reloaded(health: &Health) {
     let snap = health.snapshot();
     let status = snap.status_line(SystemTime::now());
-    if snap.ready() {
+    if snap.started(SystemTime::now()) {
         send(&[NotifyState::Ready, NotifyState::Status(&status)]);
     } else {
         send(&[NotifyState::Status(&status)]);

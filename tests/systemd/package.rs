@@ -22,7 +22,7 @@ const CONFIG: &str = "/etc/bootlet/config.yaml";
 const DROPIN: &str = "/etc/systemd/system/kubelet.service.d/20-bootlet.conf";
 
 /// `bash packaging/deb.sh --bin BIN --deb-version VERSION`: the .deb's path.
-async fn build_deb(out: &Path, version: &str) -> PathBuf {
+pub(super) async fn build_deb(out: &Path, version: &str) -> PathBuf {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/deb.sh");
     let out_dir = out.to_str().unwrap();
     let (ok, text) = run(

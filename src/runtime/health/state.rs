@@ -3,7 +3,7 @@
 //! without importing the identity layer.
 
 use std::path::PathBuf;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use crate::checkid::CheckId;
 use crate::runtime::health;
@@ -46,9 +46,35 @@ pub fn doctor_hint(check: CheckId) -> String {
     format!("doctor check {check}: run 'bootlet doctor' for the full chain")
 }
 
+/// How long an approval may take before bootlet tells systemd it has started anyway: an
+/// approver (kube-controller-manager's csrapproving) answers within a second, so the kubelet
+/// started after bootlet then finds its identity on disk; a person takes longer than a boot
+/// may wait.
+pub const APPROVAL_GRACE: Duration = Duration::from_secs(5);
+
 // === impl State ===
 
 impl State {
+    /// Whether issuing the identity now waits on something bootlet does not control and
+    /// that may come only after the boot finished: the bootstrap kubeconfig (cloud-init's
+    /// `kubeadm join` writes it after `multi-user.target`), an approval (a person), an API
+    /// server that does not answer, or the back-off after a refusal. Then READY=1 goes out
+    /// without the identity, so the boot is never held hostage; the kubelet's own
+    /// `ExecStartPre=bootlet check-identity` keeps it from starting on a missing identity.
+    /// Starting and filing are bootlet's own bounded work: READY waits for them.
+    pub fn waits_on_others(&self, now: SystemTime) -> bool {
+        match self {
+            State::AwaitingBootstrapKubeconfig { .. }
+            | State::ApprovedNotIssued { .. }
+            | State::Unreachable { .. }
+            | State::BackingOff { .. } => true,
+            State::WaitingApproval { since, .. } => {
+                now.duration_since(*since).unwrap_or_default() >= APPROVAL_GRACE
+            }
+            State::Starting | State::Filing { .. } | State::Installed => false,
+        }
+    }
+
     pub fn status_line(&self, now: SystemTime) -> String {
         match self {
             State::Starting => "starting: looking for a valid client certificate".into(),
