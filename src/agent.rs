@@ -89,90 +89,196 @@ pub async fn run(settings: Settings, hooks: TestHooks) -> Result<(), Error> {
     // for; by hand, its absence is the contract's one-line error and a non-zero exit.
     let bootstrap = Bootstrap::new(&settings, health.clone(), ClientOptions::default())
         .wait_for_bootstrap_kubeconfig(std::env::var_os("NOTIFY_SOCKET").is_some());
-    let span = tracing::info_span!("bootstrap", node = %settings.node_name);
-    let creds = tokio::select! {
-        creds = bootstrap.run().instrument(span) => creds?,
-        sig = signals.recv() => {
-            let deadline = stopping(sig, &trigger, settings.shutdown_grace);
-            let _ = tokio::time::timeout_at(deadline, notifier).await;
-            return Ok(());
-        }
-    };
-    tracing::info!(
-        node = %settings.node_name,
-        serial = %creds.cert.serial,
-        server = %creds.server,
-        "node identity in place"
-    );
-    // Every loop uses the newest client; rotation publishes a new one here.
-    let (clients_tx, clients) = watch::channel(creds.client.clone());
     let mut live = settings.clone();
-    let mut lease = LeaseTask::start(&live, &clients, &health, hooks);
-    // The serving certificate: its own loop, filed with the client certificate; never
-    // part of readiness.
-    let serving = settings.rotate_server_certificates.then(|| {
-        let span = tracing::info_span!("serving", node = %settings.node_name);
-        tokio::spawn(
-            Serving {
-                settings: settings.clone(),
-                health: health.clone(),
-                clients: clients.clone(),
-                ca_pem: creds.ca_pem.clone(),
-                detected: detected.clone(),
+    let mut reset_at = None;
+    let deadline = loop {
+        let span = tracing::info_span!("bootstrap", node = %settings.node_name);
+        let obtain = async {
+            if let Some(at) = reset_at {
+                await_fresh_bootstrap(&settings.bootstrap_kubeconfig, at, &health).await;
             }
-            .run(shutdown.clone())
-            .instrument(span),
-        )
-    });
-    let rotation = Rotation {
-        settings: &settings,
-        bootstrap: &bootstrap,
-        health: health.clone(),
-        clients: clients_tx,
-    };
-    let span = tracing::info_span!("rotation", node = %settings.node_name);
-    let rotating = rotation.run(creds, shutdown.clone()).instrument(span);
-    tokio::pin!(rotating);
-    let mut rotation_done = false;
-    let sig = loop {
-        tokio::select! {
-            sig = signals.recv() => break sig,
-            () = &mut rotating, if !rotation_done => rotation_done = true,
-            Some(()) = recv(&mut hangups) => {
-                notify::reloading();
-                match reread() {
-                    Ok(new) => lease = apply(&mut live, new, lease, &clients, &health, hooks).await,
-                    Err(e) => tracing::error!(error = %report(&e), "reload failed; keeping the running configuration"),
-                }
-                notify::reloaded(&health);
-            }
-        }
-    };
-    // In-flight work (a Lease write, a certificate install) finishes within the grace
-    // period; the Lease itself is left alone.
-    let deadline = stopping(sig, &trigger, live.shutdown_grace);
-    if let Some(task) = lease {
-        task.stop(deadline, &health).await;
-    }
-    if let Some(task) = serving {
-        let abort = task.abort_handle();
-        if tokio::time::timeout_at(deadline, task).await.is_err() {
-            tracing::warn!(
-                "the serving certificate loop still busy after the grace period; stopping anyway"
-            );
-            abort.abort();
-        }
-    }
-    if !rotation_done
-        && tokio::time::timeout_at(deadline, &mut rotating)
+            bootstrap.run().await
+        };
+        let creds = tokio::select! {
+            creds = obtain.instrument(span) => creds?,
+            sig = signals.recv() => break stopping(sig, &trigger, live.shutdown_grace),
+        };
+        let life = Life {
+            settings: &settings,
+            bootstrap: &bootstrap,
+            health: &health,
+            hooks,
+            detected: &detected,
+        };
+        match life
+            .serve(creds, &mut live, &mut signals, &mut hangups, &trigger)
             .await
-            .is_err()
-    {
-        tracing::warn!("rotation still busy after the grace period; stopping anyway");
-    }
+        {
+            Ended::Stopped(deadline) => break deadline,
+            Ended::Reset => reset_at = Some(std::time::SystemTime::now()),
+        }
+    };
     let _ = tokio::time::timeout_at(deadline, notifier).await;
     Ok(())
 }
+
+/// One life of the node's identity: from its certificate in place until a stop signal or
+/// until `kubeadm reset` (kubelet.conf removed) ends it.
+struct Life<'a> {
+    settings: &'a Settings,
+    bootstrap: &'a Bootstrap<'a>,
+    health: &'a Health,
+    hooks: TestHooks,
+    detected: &'a [std::net::IpAddr],
+}
+
+/// How a [`Life`] ended.
+enum Ended {
+    /// A stop signal: in-flight work has until this deadline.
+    Stopped(Instant),
+    /// The kubeconfig was removed: the loops are stopped, the identity dropped.
+    Reset,
+}
+
+impl Life<'_> {
+    /// Runs the Lease, serving and rotation loops and answers SIGHUP, until a stop signal
+    /// or the kubeconfig's removal. A removed kubelet.conf is `kubeadm reset` (or an
+    /// operator undoing the join): bootlet must not write it back from memory, or the next
+    /// `kubeadm join` fails its FileAvailable--etc-kubernetes-kubelet.conf preflight.
+    async fn serve(
+        self,
+        creds: crate::identity::bootstrap::Credentials,
+        live: &mut Settings,
+        signals: &mut shutdown::StopSignals,
+        hangups: &mut Option<tokio::signal::unix::Signal>,
+        trigger: &shutdown::Trigger,
+    ) -> Ended {
+        let Life {
+            settings,
+            bootstrap,
+            health,
+            hooks,
+            detected,
+        } = self;
+        tracing::info!(
+            node = %settings.node_name,
+            serial = %creds.cert.serial,
+            server = %creds.server,
+            "node identity in place"
+        );
+        // This life's loops stop on its own switch: a reset ends them, not the process.
+        let (end, ending) = shutdown::channel();
+        // Every loop uses the newest client; rotation publishes a new one here.
+        let (clients_tx, clients) = watch::channel(creds.client.clone());
+        let mut lease = LeaseTask::start(live, &clients, health, hooks);
+        // The serving certificate: its own loop, filed with the client certificate; never
+        // part of readiness.
+        let serving = settings.rotate_server_certificates.then(|| {
+            let span = tracing::info_span!("serving", node = %settings.node_name);
+            tokio::spawn(
+                Serving {
+                    settings: settings.clone(),
+                    health: health.clone(),
+                    clients: clients.clone(),
+                    ca_pem: creds.ca_pem.clone(),
+                    detected: detected.to_vec(),
+                }
+                .run(ending.clone())
+                .instrument(span),
+            )
+        });
+        let rotation = Rotation {
+            settings,
+            bootstrap,
+            health: health.clone(),
+            clients: clients_tx,
+        };
+        let span = tracing::info_span!("rotation", node = %settings.node_name);
+        let rotating = rotation.run(creds, ending.clone()).instrument(span);
+        tokio::pin!(rotating);
+        let mut rotation_done = false;
+        let reset = crate::runtime::gone::removed(&settings.kubeconfig);
+        tokio::pin!(reset);
+        let ended = loop {
+            tokio::select! {
+                sig = signals.recv() => break Ended::Stopped(stopping(sig, trigger, live.shutdown_grace)),
+                () = &mut reset => {
+                    tracing::warn!(kubeconfig = %settings.kubeconfig.display(), "the kubeconfig was removed (kubeadm reset?): this node's identity is dropped and not written back; waiting for a new bootstrap kubeconfig");
+                    break Ended::Reset;
+                }
+                () = &mut rotating, if !rotation_done => rotation_done = true,
+                Some(()) = recv(hangups) => {
+                    notify::reloading();
+                    match reread() {
+                        Ok(new) => lease = apply(live, new, lease, &clients, health, hooks).await,
+                        Err(e) => tracing::error!(error = %report(&e), "reload failed; keeping the running configuration"),
+                    }
+                    notify::reloaded(health);
+                }
+            }
+        };
+        // In-flight work (a Lease write, a certificate install) finishes within the grace
+        // period; the Lease itself is left alone.
+        end.fire();
+        let deadline = match ended {
+            Ended::Stopped(deadline) => deadline,
+            Ended::Reset => Instant::now() + live.shutdown_grace,
+        };
+        if let Some(task) = lease {
+            task.stop(deadline, health).await;
+        }
+        if let Some(task) = serving {
+            let abort = task.abort_handle();
+            if tokio::time::timeout_at(deadline, task).await.is_err() {
+                tracing::warn!(
+                    "the serving certificate loop still busy after the grace period; stopping anyway"
+                );
+                abort.abort();
+            }
+        }
+        if !rotation_done
+            && tokio::time::timeout_at(deadline, &mut rotating)
+                .await
+                .is_err()
+        {
+            tracing::warn!("rotation still busy after the grace period; stopping anyway");
+        }
+        if let Ended::Reset = ended {
+            health.retire(crate::identity::rotation::TASK);
+            health.retire(crate::identity::serving::TASK);
+            health.update(|s| {
+                s.cert = None;
+                s.serving_cert = None;
+            });
+        }
+        ended
+    }
+}
+
+/// After a reset, until a bootstrap kubeconfig written since `reset_at` is there (`kubeadm
+/// join` writes a new one): one that survived the reset is the old join's, and using it
+/// would write kubelet.conf before the next `kubeadm join` runs its preflight.
+async fn await_fresh_bootstrap(
+    path: &std::path::Path,
+    reset_at: std::time::SystemTime,
+    health: &Health,
+) {
+    health.set_bootstrap(crate::runtime::health::State::AwaitingBootstrapKubeconfig {
+        path: path.to_path_buf(),
+    });
+    let fresh = || {
+        std::fs::metadata(path)
+            .and_then(|m| m.modified())
+            .is_ok_and(|at| at >= reset_at)
+    };
+    while !fresh() {
+        tokio::time::sleep(FRESH_BOOTSTRAP_POLL).await;
+    }
+    tracing::info!(path = %path.display(), "a new bootstrap kubeconfig appeared; joining again");
+}
+
+/// How often a new bootstrap kubeconfig is looked for after a reset (one `stat`).
+const FRESH_BOOTSTRAP_POLL: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// STOPPING=1, fire the shutdown, and return the deadline for in-flight work.
 fn stopping(why: &'static str, trigger: &shutdown::Trigger, grace: std::time::Duration) -> Instant {

@@ -258,9 +258,12 @@ enum Sub {
         #[arg(long, value_enum, value_name = "FORMAT")]
         output: Option<OutputFormat>,
     },
-    /// Exit 0 when the node's identity is on disk (the kubeconfig and a client certificate
-    /// valid now for this node), else say what is missing and what bootlet waits for, and
-    /// exit 1: the kubelet's ExecStartPre, so the kubelet never starts without an identity
+    /// Exit 0 if the node's identity is on disk, else say what is missing (the kubelet's ExecStartPre)
+    ///
+    /// The identity is the kubeconfig and a client certificate valid now for this node; the
+    /// check reads files only. Without it: one line saying what is missing and what bootlet
+    /// waits for (bootlet.service's STATUS=), and exit 1, so the kubelet never starts
+    /// without an identity and its Restart=always tries again.
     CheckIdentity(Flags),
     /// Print the version
     Version,

@@ -433,3 +433,43 @@ fn csr_requests(tp: &testplane::TestPlane, watch: bool) -> usize {
         .filter(|r| r.path.contains("watch=true") == watch)
         .count()
 }
+
+/// `kubeadm reset` on a running node: it stops the kubelet and deletes kubelet.conf, the
+/// bootstrap kubeconfig and /var/lib/kubelet. bootlet drops the identity and writes nothing
+/// back from memory (no kubelet.conf, no rotation CSR, even past the moment the old
+/// certificate was due to rotate), ignores a bootstrap kubeconfig older than the reset,
+/// and joins again once `kubeadm join` writes a new one.
+#[tokio::test]
+async fn after_kubeadm_reset_nothing_is_written_back_until_a_new_join() {
+    // 8 s certificates: the old one is due to rotate about 6 s after its issuance.
+    let tp = plane(Duration::from_secs(8)).await;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let mut events = tp.events();
+    let agent = Agent::spawn(&args(&node, "node-reset", &[]));
+    agent.wait_for_log("node identity in place").await;
+    next_csr(&mut events).await;
+
+    // The reset, as kubeadm does it (the bootstrap kubeconfig left behind here: a
+    // hand-written one that survives must not be taken for a new join).
+    std::fs::remove_file(&node.kubeconfig).unwrap();
+    std::fs::remove_dir_all(&node.cert_dir).unwrap();
+    agent
+        .wait_for_log("the kubeconfig was removed (kubeadm reset?)")
+        .await;
+    let quiet = tokio::time::timeout(Duration::from_secs(10), next_csr(&mut events)).await;
+    assert!(quiet.is_err(), "a CSR after the reset: {quiet:?}");
+    assert!(!node.kubeconfig.exists(), "kubelet.conf written back");
+    assert!(!node.current().exists(), "a certificate written back");
+
+    // The next join writes a new bootstrap kubeconfig: a new CSR, certificate, kubeconfig.
+    std::fs::write(&node.bootstrap, tp.bootstrap_kubeconfig()).unwrap();
+    next_csr(&mut events).await;
+    agent.wait_for_log_count("node identity in place", 2).await;
+    assert!(node.kubeconfig.exists() && node.current().exists());
+    let (status, log) = agent.terminate().await;
+    assert!(status.success(), "exit {status:?}\n{log}");
+    assert!(
+        log.contains("a new bootstrap kubeconfig appeared; joining again"),
+        "{log}"
+    );
+}

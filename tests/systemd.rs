@@ -42,8 +42,13 @@ fn kube_dir() -> PathBuf {
 
 /// Runs a command with a time bound; (success, stdout + stderr).
 async fn run(program: &str, args: &[&str]) -> (bool, String) {
+    run_for(Duration::from_secs(30), program, args).await
+}
+
+/// [`run`] with a time bound of `limit`.
+async fn run_for(limit: Duration, program: &str, args: &[&str]) -> (bool, String) {
     let out = tokio::time::timeout(
-        Duration::from_secs(30),
+        limit,
         Command::new(program).args(args).kill_on_drop(true).output(),
     )
     .await
@@ -302,10 +307,15 @@ impl Container {
 
     /// Runs a command inside the container (all its namespaces).
     async fn exec(&self, args: &[&str]) -> (bool, String) {
+        self.exec_for(Duration::from_secs(30), args).await
+    }
+
+    /// [`Container::exec`] with a time bound of `limit` (a `dpkg -i` in a loaded suite).
+    async fn exec_for(&self, limit: Duration, args: &[&str]) -> (bool, String) {
         let t = self.leader.to_string();
         let mut all = vec!["-t", &t, "-a"];
         all.extend_from_slice(args);
-        run("nsenter", &all).await
+        run_for(limit, "nsenter", &all).await
     }
 
     async fn systemctl(&self, args: &[&str]) -> String {
@@ -986,8 +996,12 @@ async fn install_serving_points_the_kubelet_at_the_serving_pair() {
     let c = &container;
     let sd = s.display();
     let standin = format!(
-        "install -m 0755 {sd}/kubelet /usr/bin/kubelet && install -m 0644 {sd}/kubelet.service /etc/systemd/system/kubelet.service"
+        "install -m 0755 {sd}/kubelet /usr/bin/kubelet && install -m 0644 {sd}/kubelet.service /etc/systemd/system/kubelet.service \
+         && mkdir -p /etc/systemd/system/kubelet.service.d && printf '[Service]\\nExecStartPre=\\n' >/etc/systemd/system/kubelet.service.d/99-test.conf"
     );
+    // This node has no identity: the test's own drop-in (sorted last) empties the
+    // ExecStartPre=bootlet check-identity that would refuse the start; the argv is what
+    // this test is about.
     let (ok, out) = c.exec(&["sh", "-c", &standin]).await;
     assert!(ok, "installing the stand-in kubelet: {out}");
     let script = systemd_dir().join("install.sh");

@@ -5,6 +5,7 @@
 pub mod backoff;
 pub mod clock;
 pub mod duration;
+pub mod gone;
 pub mod health;
 pub mod notify;
 pub mod report;

@@ -72,7 +72,9 @@ async fn build_image(name: &str, share: &Path, node: &str, bootstrap: Option<&st
          && systemctl daemon-reload && systemctl enable kubelet.service final.service{copy_bootstrap}",
         deb = deb.display(),
     );
-    let (ok, out) = c.exec(&["sh", "-c", &script]).await;
+    let (ok, out) = c
+        .exec_for(Duration::from_secs(180), &["sh", "-c", &script])
+        .await;
     assert!(ok, "building the image: {out}");
     assert_eq!(
         c.exec(&["systemctl", "is-enabled", "bootlet"])

@@ -8,12 +8,13 @@
 //! depend on the bytes of /usr/bin/bootlet.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use testplane::{Approval, Event};
 
 use super::{
-    free_port, kubelet_standin, plane, run, setup, wait_event, write_config, Container, Setup, BIN,
-    CERT, NODE,
+    free_port, kubelet_standin, plane, run_for, setup, wait_event, write_config, Container, Setup,
+    BIN, CERT, NODE,
 };
 
 const KUBECONFIG: &str = "/etc/kubernetes/kubelet.conf";
@@ -25,7 +26,9 @@ const DROPIN: &str = "/etc/systemd/system/kubelet.service.d/20-bootlet.conf";
 pub(super) async fn build_deb(out: &Path, version: &str) -> PathBuf {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/deb.sh");
     let out_dir = out.to_str().unwrap();
-    let (ok, text) = run(
+    // A release build with fat LTO under a loaded suite: minutes, not seconds.
+    let (ok, text) = run_for(
+        Duration::from_secs(300),
         "bash",
         &[
             script.to_str().unwrap(),
@@ -66,7 +69,7 @@ async fn identity(c: &Container) -> [Option<String>; 4] {
 async fn dpkg(c: &Container, args: &[&str]) -> String {
     let mut all = vec!["dpkg"];
     all.extend_from_slice(args);
-    let (ok, out) = c.exec(&all).await;
+    let (ok, out) = c.exec_for(std::time::Duration::from_secs(120), &all).await;
     assert!(ok, "dpkg {args:?}:\n{out}");
     out
 }
