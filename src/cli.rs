@@ -23,6 +23,14 @@ pub enum Command {
     /// Exit 0 when the node's identity (kubeconfig and a valid client certificate) is on
     /// disk; else say why and exit 1. The kubelet's `ExecStartPre=` (20-bootlet.conf).
     CheckIdentity(Flags),
+    /// Write a bootstrap kubeconfig from kubelet.conf's cluster and a fresh token, then wait
+    /// for the new identity.
+    Rejoin {
+        flags: Flags,
+        token: String,
+        ca_hashes: Vec<String>,
+        timeout: Duration,
+    },
     /// Print the version.
     Version,
     /// Packaging (hidden): write the man pages or the shell completions into a directory.
@@ -218,6 +226,17 @@ where
             output: output.unwrap_or_default(),
         },
         Some(Sub::CheckIdentity(flags)) => Command::CheckIdentity(flags),
+        Some(Sub::Rejoin {
+            flags,
+            token,
+            discovery_token_ca_cert_hash,
+            timeout,
+        }) => Command::Rejoin {
+            flags,
+            token,
+            ca_hashes: discovery_token_ca_cert_hash,
+            timeout: timeout.unwrap_or(defaults::DEFAULT_REJOIN_TIMEOUT),
+        },
         Some(Sub::Version) => Command::Version,
         Some(Sub::Generate { what, dir }) => Command::Generate { what, dir },
     })
@@ -265,6 +284,26 @@ enum Sub {
     /// waits for (bootlet.service's STATUS=), and exit 1, so the kubelet never starts
     /// without an identity and its Restart=always tries again.
     CheckIdentity(Flags),
+    /// Bring back a node whose certificate expired after kubeadm deleted its bootstrap kubeconfig
+    ///
+    /// Writes the bootstrap kubeconfig (--bootstrap-kubeconfig) from the cluster in
+    /// --kubeconfig (server and CA, checked against --discovery-token-ca-cert-hash when
+    /// given) and a fresh bootstrap token (`kubeadm token create` on a control-plane host),
+    /// restarts bootlet.service when systemd runs it, and waits until the new client
+    /// certificate is on disk. Nothing is written while the current identity is valid.
+    Rejoin {
+        #[command(flatten)]
+        flags: Flags,
+        /// The bootstrap token, ID.SECRET (`kubeadm token create`)
+        #[arg(long, value_name = "ID.SECRET")]
+        token: String,
+        /// The cluster CA's pin, sha256:HEX, as `kubeadm token create --print-join-command` prints it; repeatable [default: trust the CA already in --kubeconfig]
+        #[arg(long, value_name = "sha256:HEX")]
+        discovery_token_ca_cert_hash: Vec<String>,
+        /// How long to wait for the new certificate [default: 5m]
+        #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+        timeout: Option<Duration>,
+    },
     /// Print the version
     Version,
     /// Write the man pages (`man`) or the bash, zsh and fish completions (`completions`) into

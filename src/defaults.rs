@@ -52,6 +52,8 @@ pub const DEFAULT_CSR_NOT_ISSUED_WARNING: Duration = Duration::from_secs(60);
 pub const DEFAULT_LEASE_OWNER_LOOKUP_INTERVAL: Duration = Duration::from_secs(60);
 /// Enough to finish an atomic file write, short next to systemd's 90 s stop timeout.
 pub const DEFAULT_SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// `bootlet rejoin`'s wait for the new certificate: kubeadm's own `tlsBootstrap` timeout.
+pub const DEFAULT_REJOIN_TIMEOUT: Duration = Duration::from_secs(300);
 /// Human-readable logs; JSON is opt-in for shippers.
 pub const DEFAULT_LOG_FORMAT: LogFormat = LogFormat::Text;
 /// Info level: state transitions only (rule 15).

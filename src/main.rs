@@ -87,6 +87,18 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Rejoin {
+            flags,
+            token,
+            ca_hashes,
+            timeout,
+        } => {
+            let settings = match Settings::load(&flags) {
+                Ok(s) => s,
+                Err(e) => return fail(&e),
+            };
+            rejoin(&settings, &token, &ca_hashes, timeout)
+        }
         Command::Doctor { flags, output } => {
             // No telemetry: doctor's findings go to stdout; 2 = it could not run at all.
             match tokio::runtime::Builder::new_current_thread()
@@ -100,6 +112,64 @@ fn main() -> ExitCode {
                 }
             }
         }
+    }
+}
+
+/// `bootlet rejoin`: nothing while the identity is valid; else the bootstrap kubeconfig,
+/// bootlet restarted under systemd (a running one may be backing off), and the wait.
+fn rejoin(
+    settings: &Settings,
+    token: &str,
+    ca_hashes: &[String],
+    timeout: std::time::Duration,
+) -> ExitCode {
+    use bootlet::identity::{check, rejoin::Rejoin};
+    use bootlet::runtime::health::rfc3339;
+    if let Ok(info) = check::check(settings) {
+        println!(
+            "bootlet: the identity of node {} is valid until {}: nothing to rejoin",
+            settings.node_name,
+            rfc3339(info.not_after)
+        );
+        return ExitCode::SUCCESS;
+    }
+    let job = Rejoin {
+        settings,
+        token,
+        ca_hashes,
+        timeout,
+    };
+    match job.write_bootstrap() {
+        Ok(path) => println!("bootlet: wrote {}", path.display()),
+        Err(e) => return fail(&e),
+    }
+    if std::path::Path::new("/run/systemd/system").exists() {
+        let restarted = std::process::Command::new("systemctl")
+            .args(["try-restart", "bootlet.service"])
+            .status()
+            .is_ok_and(|s| s.success());
+        if !restarted {
+            eprintln!("bootlet: `systemctl try-restart bootlet.service` failed; a running bootlet still picks the file up");
+        }
+    }
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail(&e),
+    };
+    match runtime.block_on(job.wait(|status| println!("bootlet: {status}"))) {
+        Ok(info) => {
+            println!(
+                "bootlet: node {} rejoined: client certificate {} valid until {}",
+                settings.node_name,
+                info.serial,
+                rfc3339(info.not_after)
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(&e),
     }
 }
 

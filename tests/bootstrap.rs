@@ -473,3 +473,150 @@ async fn after_kubeadm_reset_nothing_is_written_back_until_a_new_join() {
         "{log}"
     );
 }
+
+/// The node's flags without `run`, for the one-shot commands (doctor, check-identity,
+/// rejoin).
+fn node_flags(node: &NodeDir, name: &str) -> Vec<String> {
+    args(node, name, &[]).into_iter().skip(1).collect()
+}
+
+/// `bootlet SUBCOMMAND FLAGS...`: (exit code, stdout + stderr).
+async fn bootlet(sub: &[&str], flags: &[String]) -> (Option<i32>, String) {
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_bootlet"))
+            .args(sub)
+            .args(flags)
+            .env("NO_COLOR", "1")
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("bootlet did not finish within 60 s")
+    .unwrap();
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    (out.status.code(), text)
+}
+
+/// Back after a long downtime (kubernetes/kubeadm#2054): the certificate expired while the
+/// node was off and kubeadm long deleted the bootstrap kubeconfig. doctor names exactly
+/// that and the one fix; `bootlet rejoin` with a fresh token and the CA's pin writes a
+/// bootstrap kubeconfig from kubelet.conf's cluster and ends once the node has a new
+/// certificate from exactly one new CSR; a wrong pin writes nothing.
+#[tokio::test]
+async fn an_expired_node_without_a_bootstrap_kubeconfig_comes_back_with_rejoin() {
+    let tp = plane(Duration::from_secs(3)).await;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let mut events = tp.events();
+    let flags = node_flags(&node, "node-back");
+    let agent = Agent::spawn(&args(
+        &node,
+        "node-back",
+        &["--rotate-certificates", "false"],
+    ));
+    agent.wait_for_log("node identity in place").await;
+    next_csr(&mut events).await;
+    let (status, log) = agent.terminate().await;
+    assert!(status.success(), "{log}");
+    std::fs::remove_file(&node.bootstrap).unwrap();
+    let expired = async {
+        loop {
+            let (code, out) = bootlet(&["check-identity"], &flags).await;
+            if code == Some(1) && out.contains("expired") {
+                return out;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    };
+    let out = tokio::time::timeout(Duration::from_secs(20), expired)
+        .await
+        .expect("the certificate did not expire");
+    assert!(
+        out.contains("the kubelet waits for the identity of node node-back"),
+        "{out}"
+    );
+
+    let (code, out) = bootlet(&["doctor"], &flags).await;
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("✗ bootstrap-kubeconfig")
+            && out.contains("the client certificate expired at")
+            && out.contains("no bootstrap credential")
+            && out.contains("fix: bootlet rejoin --token TOKEN --discovery-token-ca-cert-hash"),
+        "{out}"
+    );
+
+    // The CA's pin as kubeadm documents it, computed by openssl.
+    let ca = node.tmp.path().join("ca.crt");
+    std::fs::write(&ca, tp.ca_pem()).unwrap();
+    let (ok, digest) = support::run(
+        "sh",
+        &["-c", &format!("openssl x509 -pubkey -noout -in {} | openssl pkey -pubin -outform der | openssl dgst -sha256 -hex | sed 's/^.* //'", support::path(&ca))],
+    )
+    .await;
+    assert!(ok, "{digest}");
+    let pin = format!("sha256:{}", digest.trim());
+    let token = tp.create_token(Some(HOUR));
+
+    let wrong = format!("sha256:{}", "0".repeat(64));
+    let mut rejoin_flags = flags.clone();
+    rejoin_flags.extend([
+        "--token".into(),
+        token.clone(),
+        "--timeout".into(),
+        "30s".into(),
+    ]);
+    let mut bad = rejoin_flags.clone();
+    bad.extend(["--discovery-token-ca-cert-hash".into(), wrong]);
+    let (code, out) = bootlet(&["rejoin"], &bad).await;
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        out.contains("refusing to trust it") && out.contains(&pin),
+        "{out}"
+    );
+    assert!(
+        !node.bootstrap.exists(),
+        "a bootstrap kubeconfig after a wrong pin"
+    );
+    assert!(!out.contains(&token), "the token in the output: {out}");
+
+    // The right pin: rejoin writes the file at once and waits; the agent (as systemd starts
+    // it again) bootstraps with it.
+    rejoin_flags.extend(["--discovery-token-ca-cert-hash".into(), pin]);
+    let rejoin = tokio::spawn(async move { bootlet(&["rejoin"], &rejoin_flags).await });
+    let written = async {
+        while !node.bootstrap.exists() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(20), written)
+        .await
+        .expect("no bootstrap kubeconfig from rejoin");
+    let agent = Agent::spawn(&args(
+        &node,
+        "node-back",
+        &["--rotate-certificates", "false"],
+    ));
+    next_csr(&mut events).await;
+    let (code, out) = rejoin.await.unwrap();
+    assert_eq!(code, Some(0), "{out}");
+    assert!(
+        out.contains("node node-back rejoined: client certificate"),
+        "{out}"
+    );
+    assert!(!out.contains(&token), "the token in the output: {out}");
+    let (code, out) = bootlet(&["check-identity"], &flags).await;
+    assert_eq!(code, Some(0), "{out}");
+    let (status, log) = agent.terminate().await;
+    assert!(status.success(), "{log}");
+    assert_eq!(
+        tp.csrs().len(),
+        2,
+        "one CSR at the join, one at the rejoin: {:?}",
+        tp.csrs()
+            .iter()
+            .map(|c| c.metadata.name.clone())
+            .collect::<Vec<_>>()
+    );
+}

@@ -167,17 +167,20 @@ pub const MAX_REFERENCED_FILE: u64 = 1 << 20;
 /// The file and every file it names must be regular files under their caps
 /// ([`MAX_KUBECONFIG_FILE`], [`MAX_REFERENCED_FILE`]): a FIFO is refused, never waited on.
 pub fn read(path: &Path, allow_insecure: bool) -> Result<ClusterAccess, KubeconfigError> {
-    let text =
-        read_text_bounded(path, MAX_KUBECONFIG_FILE).map_err(|source| match source.kind() {
-            std::io::ErrorKind::NotFound => KubeconfigError::Missing {
-                path: path.to_path_buf(),
-            },
-            _ => KubeconfigError::Read {
-                path: path.to_path_buf(),
-                source,
-            },
-        })?;
-    parse(path, &text, allow_insecure)
+    parse(path, &read_file(path)?, allow_insecure)
+}
+
+/// The kubeconfig's text, bounded by [`MAX_KUBECONFIG_FILE`]; a missing file is `Missing`.
+fn read_file(path: &Path) -> Result<String, KubeconfigError> {
+    read_text_bounded(path, MAX_KUBECONFIG_FILE).map_err(|source| match source.kind() {
+        std::io::ErrorKind::NotFound => KubeconfigError::Missing {
+            path: path.to_path_buf(),
+        },
+        _ => KubeconfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        },
+    })
 }
 
 /// [`read`] on text already in memory; `path` names the file in errors and anchors its
@@ -186,6 +189,22 @@ pub fn parse(
     path: &Path,
     text: &str,
     allow_insecure: bool,
+) -> Result<ClusterAccess, KubeconfigError> {
+    parse_with(path, text, allow_insecure, true)
+}
+
+/// [`read`] of the cluster alone (server and CA): the user's credential is neither read
+/// nor checked, so a kubeconfig whose client certificate expired or is gone still says
+/// where the cluster is (`bootlet rejoin`). Its `credential` is [`Credential::None`].
+pub fn read_cluster(path: &Path, allow_insecure: bool) -> Result<ClusterAccess, KubeconfigError> {
+    parse_with(path, &read_file(path)?, allow_insecure, false)
+}
+
+fn parse_with(
+    path: &Path,
+    text: &str,
+    allow_insecure: bool,
+    with_credential: bool,
 ) -> Result<ClusterAccess, KubeconfigError> {
     let r = Reader { path };
     let kc = Kubeconfig::from_yaml(text).map_err(|e| {
@@ -224,7 +243,7 @@ pub fn parse(
             return Err(KubeconfigError::NoCa { path, cluster });
         }
     };
-    let credential = match context.user {
+    let credential = match context.user.filter(|_| with_credential) {
         None => Credential::None,
         Some(name) => match kc
             .auth_infos
@@ -425,7 +444,7 @@ mod server;
 mod shown;
 mod user;
 
-pub use kubelet::{render_kubelet, write_kubelet};
+pub use kubelet::{render_bootstrap, render_kubelet, write_kubelet, write_rendered};
 pub use server::{ProxyUrl, ProxyUrlError, Server, ToServer};
 pub use shown::{Shown, SHOWN_MAX};
 pub use user::{BootstrapToken, Credential};

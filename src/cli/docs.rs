@@ -205,6 +205,8 @@ mod tests {
                 "bootlet.1",
                 "bootlet-run.1",
                 "bootlet-doctor.1",
+                "bootlet-check-identity.1",
+                "bootlet-rejoin.1",
                 "bootlet-version.1"
             ]
         );
@@ -218,6 +220,13 @@ mod tests {
                 "bootlet-doctor.1",
                 super::super::command()
                     .find_subcommand("doctor")
+                    .unwrap()
+                    .clone(),
+            ),
+            (
+                "bootlet-rejoin.1",
+                super::super::command()
+                    .find_subcommand("rejoin")
                     .unwrap()
                     .clone(),
             ),

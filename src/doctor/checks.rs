@@ -23,6 +23,9 @@ pub const SKEW_WARN_SECS: u64 = 30;
 /// Skew beyond this fails: the contract's 5 minutes (verify's notBefore tolerance too).
 pub const SKEW_FAIL_SECS: u64 = 300;
 const NEW_TOKEN: &str = "kubeadm token create --print-join-command";
+/// The one command that brings back a node whose certificate expired after kubeadm deleted
+/// its bootstrap kubeconfig (`bootlet rejoin`).
+const REJOIN: &str = "bootlet rejoin --token TOKEN --discovery-token-ca-cert-hash sha256:HASH  # TOKEN and HASH as `kubeadm token create --print-join-command` prints them on a control-plane host";
 
 /// The outcome of check `id`; called only when its dependencies passed or warned.
 pub fn verdict(id: CheckId, obs: &Observations, now: SystemTime) -> Outcome {
@@ -98,6 +101,25 @@ fn bootstrap_kubeconfig(obs: &Observations) -> Outcome {
         Outcome::warn(
             format!("{problem}; not needed while the client certificate is valid, only to re-join"),
             Some(NEW_TOKEN.into()),
+        )
+    } else if let (
+        Some(Err(KubeconfigError::Missing { path })),
+        CertObs::Checked {
+            verdict: Err(InstalledError::Verify(VerifyError::Expired { not_after })),
+            ..
+        },
+    ) = (&obs.bootstrap, &obs.cert)
+    {
+        // Back after a long downtime: the certificate expired while the node was off, and
+        // kubeadm deleted the bootstrap kubeconfig after the join. kubelet.conf still names
+        // the cluster, so a fresh token is all it takes.
+        Outcome::fail(
+            format!(
+                "the client certificate expired at {} and there is no bootstrap credential ({} was deleted after the join, as kubeadm does): this node cannot authenticate on its own",
+                rfc3339(*not_after),
+                path.display()
+            ),
+            REJOIN,
         )
     } else if let (Some(Err(KubeconfigError::Missing { path })), CertObs::Absent) =
         (&obs.bootstrap, &obs.cert)

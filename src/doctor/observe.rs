@@ -30,8 +30,9 @@ mod csr;
 mod http;
 mod tls;
 
+pub use crate::pki::spki_pin;
 pub use http::{HttpFailure, PATH as LIVEZ};
-pub use tls::{spki_pin, TlsFailure};
+pub use tls::TlsFailure;
 
 /// Bound on DNS + TCP connect.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);

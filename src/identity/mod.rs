@@ -8,6 +8,7 @@ pub mod client;
 pub mod csr;
 pub mod issue;
 pub mod pass;
+pub mod rejoin;
 pub mod rotation;
 pub mod sans;
 pub mod serving;

@@ -410,6 +410,26 @@ impl fmt::Debug for CertInfo {
     }
 }
 
+/// kubeadm's CA pin: `sha256:` + hex of SHA-256 over the certificate's SubjectPublicKeyInfo.
+pub fn spki_pin(der: &[u8]) -> Option<String> {
+    let (_, cert) = X509Certificate::from_der(der).ok()?;
+    let digest = sha2::Sha256::digest(cert.public_key().raw);
+    Some(format!(
+        "sha256:{}",
+        digest
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    ))
+}
+
+/// Every [`spki_pin`] of `pem`'s certificates, in order (a CA bundle may hold several).
+pub fn ca_pins(pem: &str) -> Vec<String> {
+    parse_cert_chain(pem)
+        .map(|chain| chain.iter().filter_map(|(_, der)| spki_pin(der)).collect())
+        .unwrap_or_default()
+}
+
 /// Every CERTIFICATE block of `pem`, in order, with its DER. Other blocks (a private key
 /// in a kubelet-client-*.pem) are skipped. Errors if there is none, or one does not parse
 /// or has bytes after the certificate (as Go's parser, which the kubelet uses, would).

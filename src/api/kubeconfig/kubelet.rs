@@ -11,7 +11,9 @@ use kube_client::config::{
     AuthInfo, Cluster, Context, Kubeconfig, NamedAuthInfo, NamedCluster, NamedContext,
 };
 
-use super::{KubeconfigError, Server, KUBELET_CLUSTER, KUBELET_CONTEXT, KUBELET_USER};
+use super::{
+    BootstrapToken, KubeconfigError, Server, KUBELET_CLUSTER, KUBELET_CONTEXT, KUBELET_USER,
+};
 use crate::pki::files;
 
 /// Mode of a directory bootlet creates for the kubeconfig (like `/etc/kubernetes`).
@@ -40,16 +42,7 @@ pub fn render_kubelet(
         kind: Some("Config".into()),
         clusters: vec![NamedCluster {
             name: KUBELET_CLUSTER.into(),
-            cluster: Some(Cluster {
-                server: Some(server.url.clone()),
-                certificate_authority_data: Some(STANDARD.encode(ca_pem)),
-                tls_server_name: server.tls_server_name.clone(),
-                proxy_url: server
-                    .proxy
-                    .as_ref()
-                    .map(|p| p.with_credentials().to_string()),
-                ..Cluster::default()
-            }),
+            cluster: Some(cluster(server, ca_pem)),
             ..Default::default()
         }],
         auth_infos: vec![NamedAuthInfo {
@@ -77,6 +70,66 @@ pub fn render_kubelet(
     serde_saphyr::to_string(&kc).map_err(|e| render_err(e.to_string()))
 }
 
+/// A bootstrap kubeconfig as `kubeadm join` writes it: cluster `kubernetes` (server, CA,
+/// tls-server-name and proxy-url when set), user `tls-bootstrap-token-user` with `token`,
+/// context `tls-bootstrap-token-user@kubernetes`.
+pub fn render_bootstrap(
+    server: &Server,
+    ca_pem: &[u8],
+    token: &BootstrapToken,
+) -> Result<String, KubeconfigError> {
+    const CLUSTER: &str = "kubernetes";
+    const USER: &str = "tls-bootstrap-token-user";
+    let context = format!("{USER}@{CLUSTER}");
+    let kc = Kubeconfig {
+        api_version: Some("v1".into()),
+        kind: Some("Config".into()),
+        clusters: vec![NamedCluster {
+            name: CLUSTER.into(),
+            cluster: Some(cluster(server, ca_pem)),
+            ..Default::default()
+        }],
+        auth_infos: vec![NamedAuthInfo {
+            name: USER.into(),
+            auth_info: Some(AuthInfo {
+                token: Some(token.expose().to_string().into()),
+                ..AuthInfo::default()
+            }),
+            ..Default::default()
+        }],
+        contexts: vec![NamedContext {
+            name: context.clone(),
+            context: Some(Context {
+                cluster: CLUSTER.into(),
+                user: Some(USER.into()),
+                ..Context::default()
+            }),
+            ..Default::default()
+        }],
+        current_context: Some(context),
+        ..Kubeconfig::default()
+    };
+    serde_saphyr::to_string(&kc).map_err(|e| KubeconfigError::Render {
+        path: CLUSTER.into(),
+        detail: e.to_string(),
+    })
+}
+
+/// The cluster entry of a kubeconfig bootlet writes: server, CA as
+/// certificate-authority-data, tls-server-name and proxy-url when set.
+fn cluster(server: &Server, ca_pem: &[u8]) -> Cluster {
+    Cluster {
+        server: Some(server.url.clone()),
+        certificate_authority_data: Some(STANDARD.encode(ca_pem)),
+        tls_server_name: server.tls_server_name.clone(),
+        proxy_url: server
+            .proxy
+            .as_ref()
+            .map(|p| p.with_credentials().to_string()),
+        ..Cluster::default()
+    }
+}
+
 /// Renders the kubelet kubeconfig and writes it to `path`, 0600, atomically; missing
 /// parent directories are created 0755 first.
 pub fn write_kubelet(
@@ -92,6 +145,12 @@ pub fn write_kubelet(
         },
         other => other,
     })?;
+    write_rendered(path, &yaml)
+}
+
+/// Writes rendered kubeconfig `yaml` to `path`, 0600, atomically; missing parent
+/// directories are created 0755 first.
+pub fn write_rendered(path: &Path, yaml: &str) -> Result<(), KubeconfigError> {
     create_parents(path)?;
     files::write_atomic(path, yaml.as_bytes(), files::FILE_MODE).map_err(|source| {
         KubeconfigError::Write {

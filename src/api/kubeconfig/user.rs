@@ -48,6 +48,12 @@ impl BootstrapToken {
         }
     }
 
+    /// The token itself, for the one place that writes it into a bootstrap kubeconfig
+    /// (`bootlet rejoin`); never for a log line.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
     /// `"Bearer TOKEN"`, for the Authorization header only.
     pub fn secret_header(&self) -> String {
         format!("Bearer {}", self.0)

@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use rustls::pki_types::ServerName;
 use rustls::CertificateError;
-use sha2::{Digest as _, Sha256};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
 use crate::api::conn;
 use crate::api::kubeconfig::Server;
 use crate::api::proxy::{ProxyEnv, ProxyPolicy};
+use crate::pki::spki_pin;
 use crate::runtime::report;
 use tokio::time::timeout;
 use x509_parser::prelude::{FromDer as _, ParsedExtension, X509Certificate};
@@ -133,19 +133,6 @@ pub async fn handshake(
         },
         None => protocol(e.to_string()),
     })
-}
-
-/// kubeadm's CA pin: `sha256:` + hex of SHA-256 over the certificate's SubjectPublicKeyInfo.
-pub fn spki_pin(der: &[u8]) -> Option<String> {
-    let (_, cert) = X509Certificate::from_der(der).ok()?;
-    let digest = Sha256::digest(cert.public_key().raw);
-    Some(format!(
-        "sha256:{}",
-        digest
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
-    ))
 }
 
 /// `openssl`'s spelling of a key identifier: upper-case hex pairs joined by ':'.
