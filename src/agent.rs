@@ -2,24 +2,29 @@
 //! (SIGHUP) together. Each piece owns its own logic; this file only starts, joins, restarts
 //! and stops them, and decides which reloaded settings apply live.
 
+use std::time::{Duration, SystemTime};
+
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use crate::api::kubeconfig::KubeconfigError;
 use crate::api::protobuf::LeaseWire;
 use crate::api::{ApiClient, ClientOptions};
 use crate::cli::{self, Command};
 use crate::config::reload::{self, Reload};
+use crate::config::KubeletFiles;
 use crate::config::{format_duration, ConfigError, Settings};
 use crate::error::Error;
-use crate::identity::bootstrap::Bootstrap;
+use crate::identity::bootstrap::{Bootstrap, BootstrapError};
 use crate::identity::rotation::Rotation;
 use crate::identity::sans;
 use crate::identity::serving::{self, Serving};
 use crate::lease::{self, LeaseLoop};
 use crate::metrics::{server, METRICS};
 use crate::runtime::health::Health;
+use crate::runtime::health::State;
 use crate::runtime::report;
 use crate::runtime::{notify, shutdown, telemetry};
 
@@ -87,24 +92,47 @@ pub async fn run(settings: Settings, hooks: TestHooks) -> Result<(), Error> {
     }
     // Under systemd (NOTIFY_SOCKET), a bootstrap kubeconfig that is not there yet is waited
     // for; by hand, its absence is the contract's one-line error and a non-zero exit.
-    let bootstrap = Bootstrap::new(&settings, health.clone(), ClientOptions::default())
-        .wait_for_bootstrap_kubeconfig(std::env::var_os("NOTIFY_SOCKET").is_some());
+    let under_systemd = std::env::var_os("NOTIFY_SOCKET").is_some();
     let mut live = settings.clone();
-    let mut reset_at = None;
+    // Why the next life waits before bootstrapping: a missing bootstrap kubeconfig, or
+    // one older than a `kubeadm reset` (the old join's).
+    let mut wait_for_file: Option<Option<SystemTime>> = None;
     let deadline = loop {
-        let span = tracing::info_span!("bootstrap", node = %settings.node_name);
-        let obtain = async {
-            if let Some(at) = reset_at {
-                await_fresh_bootstrap(&settings.bootstrap_kubeconfig, at, &health).await;
+        // The keys shared with the kubelet are read again once a join wrote its files.
+        let life_settings = match wait_for_file {
+            None => settings.clone(),
+            Some(newer_than) => {
+                let waited = async {
+                    await_bootstrap(&settings.bootstrap_kubeconfig, newer_than, &health).await;
+                    await_kubeadm_flags(&settings.bootstrap_kubeconfig).await;
+                };
+                tokio::select! {
+                    () = waited => {},
+                    sig = signals.recv() => break stopping(sig, &trigger, live.shutdown_grace),
+                }
+                with_kubelet_view(&settings)
             }
-            bootstrap.run().await
         };
+        let bootstrap = Bootstrap::new(&life_settings, health.clone(), ClientOptions::default());
+        let span = tracing::info_span!("bootstrap", node = %life_settings.node_name);
         let creds = tokio::select! {
-            creds = obtain.instrument(span) => creds?,
+            creds = bootstrap.run().instrument(span) => creds,
             sig = signals.recv() => break stopping(sig, &trigger, live.shutdown_grace),
         };
+        let creds = match creds {
+            Ok(creds) => creds,
+            Err(BootstrapError::NoBootstrap {
+                source: KubeconfigError::Missing { .. },
+                ..
+            }) if under_systemd && wait_for_file.is_none() => {
+                wait_for_file = Some(None);
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        live = life_settings.clone();
         let life = Life {
-            settings: &settings,
+            settings: &life_settings,
             bootstrap: &bootstrap,
             health: &health,
             hooks,
@@ -115,11 +143,34 @@ pub async fn run(settings: Settings, hooks: TestHooks) -> Result<(), Error> {
             .await
         {
             Ended::Stopped(deadline) => break deadline,
-            Ended::Reset => reset_at = Some(std::time::SystemTime::now()),
+            Ended::Reset => wait_for_file = Some(Some(SystemTime::now())),
         }
     };
     let _ = tokio::time::timeout_at(deadline, notifier).await;
     Ok(())
+}
+
+/// `settings` with the keys it shares with the kubelet read again from the kubelet's files
+/// (`config::kubelet`): what a join just wrote (kubeadm's `--hostname-override`, the
+/// kubelet-config ConfigMap's `serverTLSBootstrap`) applies to the identity it starts.
+fn with_kubelet_view(settings: &Settings) -> Settings {
+    match reread() {
+        Ok(fresh) => {
+            if fresh.node_name != settings.node_name {
+                tracing::info!(node = %fresh.node_name, was = %settings.node_name, "the node name follows the kubelet's --hostname-override");
+            }
+            Settings {
+                node_name: fresh.node_name,
+                rotate_certificates: fresh.rotate_certificates,
+                rotate_server_certificates: fresh.rotate_server_certificates,
+                ..settings.clone()
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %report(&e), "cannot read the configuration again; the node keeps the settings it started with");
+            settings.clone()
+        }
+    }
 }
 
 /// One life of the node's identity: from its certificate in place until a stop signal or
@@ -255,30 +306,72 @@ impl Life<'_> {
     }
 }
 
-/// After a reset, until a bootstrap kubeconfig written since `reset_at` is there (`kubeadm
-/// join` writes a new one): one that survived the reset is the old join's, and using it
-/// would write kubelet.conf before the next `kubeadm join` runs its preflight.
-async fn await_fresh_bootstrap(
-    path: &std::path::Path,
-    reset_at: std::time::SystemTime,
-    health: &Health,
-) {
-    health.set_bootstrap(crate::runtime::health::State::AwaitingBootstrapKubeconfig {
+/// Until the bootstrap kubeconfig is there (`newer_than` a reset: one that survived it is
+/// the old join's, and using it would write kubelet.conf before the next `kubeadm join`
+/// runs its preflight). One `stat` every [`BOOTSTRAP_POLL`]; STATUS= says what it waits for.
+async fn await_bootstrap(path: &std::path::Path, newer_than: Option<SystemTime>, health: &Health) {
+    let here = || match newer_than {
+        None => path.exists(),
+        Some(reset) => std::fs::metadata(path)
+            .and_then(|m| m.modified())
+            .is_ok_and(|at| at >= reset),
+    };
+    if here() {
+        return;
+    }
+    // Not a fault: a node built from an image has no credential until cloud-init's
+    // `kubeadm join` (after the boot) or `write_files` gives it one.
+    tracing::info!(path = %path.display(), "no valid client certificate and no bootstrap kubeconfig yet; waiting for the file");
+    health.set_bootstrap(State::AwaitingBootstrapKubeconfig {
         path: path.to_path_buf(),
     });
-    let fresh = || {
-        std::fs::metadata(path)
-            .and_then(|m| m.modified())
-            .is_ok_and(|at| at >= reset_at)
-    };
-    while !fresh() {
-        tokio::time::sleep(FRESH_BOOTSTRAP_POLL).await;
+    while !here() {
+        tokio::time::sleep(BOOTSTRAP_POLL).await;
     }
-    tracing::info!(path = %path.display(), "a new bootstrap kubeconfig appeared; joining again");
+    tracing::info!(path = %path.display(), "the bootstrap kubeconfig appeared");
 }
 
-/// How often a new bootstrap kubeconfig is looked for after a reset (one `stat`).
-const FRESH_BOOTSTRAP_POLL: std::time::Duration = std::time::Duration::from_secs(2);
+/// How often a missing bootstrap kubeconfig is looked for (one `stat`).
+const BOOTSTRAP_POLL: Duration = Duration::from_secs(2);
+
+/// `kubeadm join` writes the bootstrap kubeconfig first and kubeadm-flags.env (with
+/// `--hostname-override` for `--node-name`) only after a Node lookup and `systemctl stop
+/// kubelet`: a bootstrap kubeconfig of kubeadm's (its user `tls-bootstrap-token-user`)
+/// is followed, within [`KUBEADM_FLAGS_WAIT`], by a kubeadm-flags.env at least as new,
+/// written just before kubeadm restarts the kubelet. Reading the name earlier would file
+/// the CSR for the host name while the kubelet registers the other.
+async fn await_kubeadm_flags(bootstrap: &std::path::Path) {
+    let files = KubeletFiles::default();
+    let kubeadms = std::fs::read_to_string(bootstrap)
+        .is_ok_and(|text| text.contains("tls-bootstrap-token-user"));
+    let Some(written) = kubeadms
+        .then(|| std::fs::metadata(bootstrap).and_then(|m| m.modified()).ok())
+        .flatten()
+    else {
+        return;
+    };
+    let flags_new = || {
+        std::fs::metadata(&files.kubeadm_flags)
+            .and_then(|m| m.modified())
+            .is_ok_and(|at| at >= written)
+    };
+    let deadline = Instant::now() + KUBEADM_FLAGS_WAIT;
+    if !flags_new() {
+        tracing::info!(flags = %files.kubeadm_flags.display(), "a kubeadm join is under way; waiting for it to write the kubelet's flags");
+    }
+    while !flags_new() {
+        if Instant::now() >= deadline {
+            tracing::warn!(flags = %files.kubeadm_flags.display(), "kubeadm wrote no kubelet flags after the bootstrap kubeconfig; going on with the node name as configured");
+            return;
+        }
+        tokio::time::sleep(KUBEADM_FLAGS_POLL).await;
+    }
+}
+
+/// How long a join may take between its two writes (a Node lookup and stopping the
+/// kubelet lie between them), and how often to look.
+const KUBEADM_FLAGS_WAIT: Duration = Duration::from_secs(60);
+const KUBEADM_FLAGS_POLL: Duration = Duration::from_millis(200);
 
 /// STOPPING=1, fire the shutdown, and return the deadline for in-flight work.
 fn stopping(why: &'static str, trigger: &shutdown::Trigger, grace: std::time::Duration) -> Instant {

@@ -15,8 +15,11 @@ use crate::runtime::telemetry::LogFormat;
 
 pub use crate::runtime::duration::{format_duration, parse_duration, DurationError};
 
+pub mod kubelet;
 mod layers;
 pub mod reload;
+
+pub use kubelet::{KubeletFiles, KubeletView};
 
 pub use crate::defaults::*;
 

@@ -13,11 +13,23 @@ use super::*;
 impl Settings {
     /// [`Settings::load`] with the file already parsed: `path` names it in errors and
     /// anchors its relative paths. Flag paths are relative to the working directory.
+    /// The keys bootlet shares with the kubelet (`nodeName`, `serverTLSBootstrap`,
+    /// `rotateCertificates`) follow the kubelet's own configuration where neither file nor
+    /// flag sets them ([`KubeletFiles`] at their standard paths).
     pub fn from_parts(
         file: Option<(&Path, &FileConfig)>,
         flags: &Flags,
     ) -> Result<Settings, ConfigError> {
-        let (settings, at) = Settings::layer(file, flags)?;
+        Settings::from_parts_with(file, flags, &KubeletFiles::default().view())
+    }
+
+    /// [`Settings::from_parts`] with the kubelet's say already read.
+    pub fn from_parts_with(
+        file: Option<(&Path, &FileConfig)>,
+        flags: &Flags,
+        kubelet: &KubeletView,
+    ) -> Result<Settings, ConfigError> {
+        let (settings, at) = Settings::layer(file, flags, kubelet)?;
         let renew_floor = if flags.test_short_lease_interval {
             POSITIVE
         } else {
@@ -31,6 +43,7 @@ impl Settings {
     pub(super) fn layer<'a>(
         file: Option<(&'a Path, &FileConfig)>,
         flags: &Flags,
+        kubelet: &KubeletView,
     ) -> Result<(Settings, Layers<'a>), ConfigError> {
         let mut at = Layers {
             file: file.map(|(p, _)| p),
@@ -57,9 +70,10 @@ impl Settings {
         }
         let node_name = take!("nodeName", node_name, String::new());
         let node_name = match at.of("nodeName") {
-            Origin::Default { .. } => {
-                hostname().map_err(|source| ConfigError::Hostname { source })?
-            }
+            Origin::Default { .. } => match &kubelet.node_name {
+                Some(name) => name.clone(),
+                None => hostname().map_err(|source| ConfigError::Hostname { source })?,
+            },
             _ => node_name.to_lowercase(),
         };
         let metrics = take!(
@@ -79,7 +93,9 @@ impl Settings {
             rotate_certificates: take!(
                 "rotateCertificates",
                 rotate_certificates,
-                DEFAULT_ROTATE_CERTIFICATES
+                kubelet
+                    .rotate_certificates
+                    .unwrap_or(DEFAULT_ROTATE_CERTIFICATES)
             ),
             rotation_fraction: take!(
                 "rotationFraction",
@@ -106,7 +122,9 @@ impl Settings {
             rotate_server_certificates: take!(
                 "serverTLSBootstrap",
                 rotate_server_certificates,
-                DEFAULT_ROTATE_SERVER_CERTIFICATES
+                kubelet
+                    .server_tls_bootstrap
+                    .unwrap_or(DEFAULT_ROTATE_SERVER_CERTIFICATES)
             ),
             node_ips: parse_node_ips(&take!("nodeIP", node_ip, Vec::new()))
                 .map_err(|problem| at.bad("nodeIP", problem))?,

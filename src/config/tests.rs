@@ -140,7 +140,7 @@ fn layering_covers_every_key_by_its_serde_name() {
         node_name: Some("n1".into()),
         ..Flags::default()
     };
-    let (_, layers) = Settings::layer(None, &f).unwrap();
+    let (_, layers) = Settings::layer(None, &f, &KubeletView::default()).unwrap();
     let picked: Vec<String> = layers.origins.keys().map(|k| k.to_string()).collect();
     assert_eq!(picked, all_keys());
 }
@@ -735,4 +735,27 @@ fn a_config_file_over_the_cap_or_not_a_file_is_refused_naming_it() {
         e.ends_with("cannot read config file: is a FIFO, not a regular file"),
         "{e}"
     );
+}
+
+#[test]
+fn the_shared_keys_follow_the_kubelet_unless_bootlet_sets_them() {
+    let kubelet = KubeletView {
+        node_name: Some("from-kubeadm".into()),
+        server_tls_bootstrap: Some(true),
+        rotate_certificates: Some(false),
+    };
+    let s = Settings::from_parts_with(None, &Flags::default(), &kubelet).unwrap();
+    assert_eq!(s.node_name, "from-kubeadm");
+    assert!(s.rotate_server_certificates);
+    assert!(!s.rotate_certificates);
+    let file = FileConfig::parse(
+        Path::new(CFG),
+        "nodeName: Mine\nserverTLSBootstrap: false\nrotateCertificates: true\n",
+    )
+    .unwrap();
+    let s = Settings::from_parts_with(Some((Path::new(CFG), &file)), &Flags::default(), &kubelet)
+        .unwrap();
+    assert_eq!(s.node_name, "mine");
+    assert!(!s.rotate_server_certificates);
+    assert!(s.rotate_certificates);
 }

@@ -2,10 +2,9 @@
 //! into one (pending key → CSR → approval → verification → files → kubeconfig). Its `State`
 //! feeds STATUS=. Rotation and the Lease are other modules' business.
 
-use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-use crate::api::kubeconfig::{self, KubeconfigError};
+use crate::api::kubeconfig;
 use crate::api::{ApiClient, ClientOptions};
 use crate::config::Settings;
 use crate::identity::client::ClientIdentity;
@@ -89,17 +88,12 @@ const PROOF_AT_START: proof::Patience = proof::Patience::Once(Duration::from_sec
 /// `--csr-timeout` cannot make the passes a request loop.
 const READOPT_DELAY: Duration = Duration::from_secs(1);
 
-/// How often a missing bootstrap kubeconfig is looked for (one `stat`).
-const BOOTSTRAP_KUBECONFIG_POLL: Duration = Duration::from_secs(2);
-
 /// Runs bootstrap with the settings it needs.
 pub struct Bootstrap<'a> {
     settings: &'a Settings,
     health: Health,
     /// Where obtained certificates go (shared with rotation).
     pub client: ClientIdentity<'a>,
-    /// Wait for a missing bootstrap kubeconfig instead of failing (see [`Bootstrap::wait_for_bootstrap_kubeconfig`]).
-    wait_for_file: bool,
 }
 
 // === impl Bootstrap ===
@@ -114,19 +108,7 @@ impl<'a> Bootstrap<'a> {
                 api,
             },
             health,
-            wait_for_file: false,
         }
-    }
-
-    /// With no valid certificate and no bootstrap kubeconfig *file* yet, wait for it (with
-    /// a STATUS= line saying so) instead of exiting. The agent turns this on under systemd:
-    /// a file that cloud-init writes late would otherwise use up the unit's restart limit
-    /// and leave it `failed` (systemd 252 has no `RestartSteps=`). A file that is there but
-    /// unusable still fails at once.
-    #[must_use]
-    pub fn wait_for_bootstrap_kubeconfig(mut self, yes: bool) -> Self {
-        self.wait_for_file = yes;
-        self
     }
 
     /// Reuse a valid certificate or bootstrap until one is installed. Fails only when it
@@ -158,13 +140,6 @@ impl<'a> Bootstrap<'a> {
             };
             match result {
                 Ok(creds) => return Ok(creds),
-                Err(BootstrapError::NoBootstrap {
-                    source: KubeconfigError::Missing { path },
-                    ..
-                }) if first && self.wait_for_file => {
-                    self.await_file(path).await;
-                    continue;
-                }
                 Err(e @ BootstrapError::NoBootstrap { .. }) if first => return Err(e),
                 // Not a refusal: the CSR still waits and an approval may come at any
                 // moment, so the same CSR is adopted again after a short fixed pause (the
@@ -188,17 +163,6 @@ impl<'a> Bootstrap<'a> {
             }
             first = false;
         }
-    }
-
-    /// Until `path` exists: one warning, the reason in STATUS=, a `stat` every 2 s.
-    async fn await_file(&self, path: PathBuf) {
-        tracing::warn!(path = %path.display(), "no valid client certificate and no bootstrap kubeconfig yet; waiting for the file");
-        self.health
-            .set_bootstrap(State::AwaitingBootstrapKubeconfig { path: path.clone() });
-        while !path.exists() {
-            tokio::time::sleep(BOOTSTRAP_KUBECONFIG_POLL).await;
-        }
-        tracing::info!(path = %path.display(), "the bootstrap kubeconfig appeared");
     }
 
     /// The installed certificate, if it is valid for this node, key and cluster.
@@ -338,7 +302,7 @@ mod tests {
         assert_eq!(denied.check(), CheckId::Csr);
         let missing = BootstrapError::NoBootstrap {
             cert_dir: "/d".into(),
-            source: KubeconfigError::Missing { path: "/b".into() },
+            source: crate::api::kubeconfig::KubeconfigError::Missing { path: "/b".into() },
         };
         assert_eq!(missing.check(), CheckId::BootstrapKubeconfig);
         let early = BootstrapError::Issue(IssueError::Refused {
