@@ -34,12 +34,7 @@ pub fn verdict(id: CheckId, obs: &Observations, now: SystemTime) -> Outcome {
         other => return config(other.as_ref()),
     };
     match id {
-        CheckId::Config => Outcome::pass(format!(
-            "node {}, cert dir {}, bootstrap kubeconfig {}",
-            settings.node_name,
-            settings.cert_dir.display(),
-            settings.bootstrap_kubeconfig.display()
-        )),
+        CheckId::Config => config_with_kubelet(settings, obs),
         CheckId::BootstrapKubeconfig => bootstrap_kubeconfig(obs),
         CheckId::ServerReachable => server_reachable(obs),
         CheckId::CaTrust => ca_trust(obs),
@@ -51,6 +46,40 @@ pub fn verdict(id: CheckId, obs: &Observations, now: SystemTime) -> Outcome {
         CheckId::Node => node::node(settings, obs),
         CheckId::Lease => node::lease(settings, obs, now),
     }
+}
+
+/// The drop-in bootlet's package ships, to link when the kubelet's unit lacks it.
+const LINK_DROPIN: &str = "mkdir -p /etc/systemd/system/kubelet.service.d && ln -sf /usr/share/bootlet/kubelet.service.d/20-bootlet.conf /etc/systemd/system/kubelet.service.d/ && systemctl daemon-reload && systemctl restart kubelet";
+
+/// The settings, and a warning when the kubelet's unit would make it a second
+/// bootstrapper (`--bootstrap-kubeconfig`: two CSRs, two keys, a race on
+/// kubelet-client-current.pem) or a second rotator (`rotateCertificates: true` in its
+/// config file without the drop-in's `--rotate-certificates=false`).
+fn config_with_kubelet(settings: &Settings, obs: &Observations) -> Outcome {
+    let summary = format!(
+        "node {}, cert dir {}, bootstrap kubeconfig {}",
+        settings.node_name,
+        settings.cert_dir.display(),
+        settings.bootstrap_kubeconfig.display()
+    );
+    let Some(kubelet) = &obs.kubelet else {
+        return Outcome::pass(summary);
+    };
+    use super::observe::kubelet::flag;
+    if let Some(file) = flag(&kubelet.argv, "bootstrap-kubeconfig").filter(|f| !f.is_empty()) {
+        return Outcome::warn(
+            format!("{summary}; but kubelet.service passes --bootstrap-kubeconfig={file}: the kubelet would bootstrap too (a second CSR and key beside bootlet's); bootlet's kubelet drop-in is not in effect"),
+            Some(LINK_DROPIN.into()),
+        );
+    }
+    let rotates_flag = flag(&kubelet.argv, "rotate-certificates").map(|v| v != "false");
+    if rotates_flag.unwrap_or(kubelet.rotate_in_config == Some(true)) {
+        return Outcome::warn(
+            format!("{summary}; but the kubelet would also rotate its client certificate (rotateCertificates: true in its config, and no --rotate-certificates=false on its command line): two rotators"),
+            Some(LINK_DROPIN.into()),
+        );
+    }
+    Outcome::pass(summary)
 }
 
 fn config(loaded: Option<&Result<Settings, ConfigError>>) -> Outcome {

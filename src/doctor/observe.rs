@@ -28,6 +28,7 @@ use crate::runtime::report;
 
 mod csr;
 mod http;
+pub mod kubelet;
 mod tls;
 
 pub use crate::pki::spki_pin;
@@ -57,6 +58,9 @@ pub struct Observations {
     /// Server and CA doctor talks to, and the kubeconfig they came from.
     pub cluster: Option<ClusterAccess>,
     pub net: Net,
+    /// kubelet.service's command line as systemd would start it (`None` without systemd or
+    /// the unit), and the kubelet's own `rotateCertificates` (its `--config` file).
+    pub kubelet: Option<KubeletObs>,
     /// `/etc/machine-id` of this host, for the stale-Node check.
     pub machine_id: Option<String>,
 }
@@ -182,8 +186,27 @@ pub async fn gather(flags: &Flags) -> Observations {
     obs
 }
 
-/// The files: bootstrap kubeconfig, installed certificate, kubelet kubeconfig, machine id.
+/// What the kubelet's unit would start, for the two-bootstrappers and two-rotators warnings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KubeletObs {
+    pub argv: Vec<String>,
+    /// `rotateCertificates` in the file the kubelet's `--config` names.
+    pub rotate_in_config: Option<bool>,
+}
+
+/// The files: bootstrap kubeconfig, installed certificate, kubelet kubeconfig, machine id,
+/// the kubelet's unit.
 fn local(s: &Settings, obs: &mut Observations) {
+    obs.kubelet = kubelet::command_line().map(|argv| {
+        let mut files = crate::config::KubeletFiles::default();
+        if let Some(config) = kubelet::flag(&argv, "config").filter(|c| !c.is_empty()) {
+            files.config = config.into();
+        }
+        KubeletObs {
+            rotate_in_config: files.view().rotate_certificates,
+            argv,
+        }
+    });
     let bootstrap = kubeconfig::read(&s.bootstrap_kubeconfig, s.allow_insecure_kubeconfig);
     let kubelet = kubeconfig::read(&s.kubeconfig, s.allow_insecure_kubeconfig).ok();
     let own_cluster = kubelet.or_else(|| bootstrap.as_ref().ok().cloned());

@@ -13,8 +13,6 @@
 //! package's unit) tries again, and `kubeadm join` waits for its `/healthz` meanwhile.
 
 use std::path::PathBuf;
-use std::process::Stdio;
-use std::time::Duration;
 
 use crate::api::kubeconfig::{self, KubeconfigError};
 use crate::config::Settings;
@@ -55,8 +53,6 @@ pub fn check(settings: &Settings) -> Result<CertInfo, NoIdentity> {
     Ok(installed.info)
 }
 
-/// How long `systemctl show` may take before the check goes on without bootlet's status.
-const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
 /// The most of bootlet's status line repeated in the kubelet's journal.
 const STATUS_MAX: usize = 1024;
 
@@ -65,24 +61,7 @@ const STATUS_MAX: usize = 1024;
 /// journal, which `kubeadm join` points at when the kubelet does not come up, then says it
 /// too. One line, clipped; `None` without systemd, or when it does not answer in 2 s.
 pub fn agent_status() -> Option<String> {
-    let child = std::process::Command::new("systemctl")
-        .args(["show", "bootlet.service", "-p", "StatusText", "--value"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .ok()?;
-    // Waited for on a thread of its own, so a hung systemctl costs this check 2 s, not the
-    // kubelet's start; this process exits right after, whatever systemctl still does.
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let out = rx.recv_timeout(STATUS_TIMEOUT).ok()?.ok()?;
-    if !out.status.success() {
-        return None;
-    }
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = crate::runtime::systemctl::show("bootlet.service", "StatusText", true)?;
     let line = crate::runtime::text::one_line(text.trim()).into_owned();
     let line: String = line.chars().take(STATUS_MAX).collect();
     (!line.is_empty()).then_some(line)

@@ -10,6 +10,7 @@ pub mod health;
 pub mod notify;
 pub mod report;
 pub mod shutdown;
+pub mod systemctl;
 pub mod telemetry;
 pub mod text;
 pub mod ticker;

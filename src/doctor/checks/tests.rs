@@ -17,6 +17,7 @@ use super::*;
 use crate::api::kubeconfig::{BootstrapToken, ClusterAccess};
 use crate::api::{Error, Identity};
 use crate::cli::Flags;
+use crate::doctor::observe::KubeletObs;
 use crate::doctor::observe::{CsrObs, Net, OtherCa, Proof, Sar};
 use crate::doctor::{evaluate, Status};
 use crate::pki::CertInfo;
@@ -87,6 +88,7 @@ fn joining() -> Observations {
             file: access.path.clone(),
         },
         cluster: Some(access),
+        kubelet: None,
         machine_id: Some("m1".into()),
         net: Net {
             tcp: Some(Ok(())),
@@ -248,6 +250,9 @@ const ROWS: &[Row] = &[
     ("issued", |o| o.net.csr = csr_with(&[("Approved", "A", "")], true), CheckId::Csr, Status::Pass, "approved and issued", ""),
     ("pending key's CSR gone", |o| o.net.csr = Some(Ok(CsrObs::Missing { name: "node-csr-y".into() })), CheckId::Csr, Status::Warn, "node-csr-y", ""),
     ("wrong CN", |o| o.cert = CertObs::Checked { path: "/p".into(), info: None, verdict: Err(InstalledError::Verify(VerifyError::WrongSubject { expected: "CN=system:node:n1, O=system:nodes".into(), got: "CN=system:node:old, O=system:nodes".into() })), other_ca: None }, CheckId::ClientCertificate, Status::Fail, "--node-name old", "rm /p && systemctl restart bootlet"),
+    ("kubelet would bootstrap too", |o| o.kubelet = Some(KubeletObs { argv: ["/usr/bin/kubelet", "--bootstrap-kubeconfig=/etc/kubernetes/bootstrap-kubelet.conf", "--kubeconfig=/etc/kubernetes/kubelet.conf"].map(String::from).to_vec(), rotate_in_config: Some(true) }), CheckId::Config, Status::Warn, "the kubelet would bootstrap too", "ln -sf /usr/share/bootlet/kubelet.service.d/20-bootlet.conf"),
+    ("kubelet would rotate too", |o| o.kubelet = Some(KubeletObs { argv: ["/usr/bin/kubelet", "--kubeconfig=/etc/kubernetes/kubelet.conf"].map(String::from).to_vec(), rotate_in_config: Some(true) }), CheckId::Config, Status::Warn, "two rotators", "20-bootlet.conf"),
+    ("the drop-in in effect", |o| o.kubelet = Some(KubeletObs { argv: ["/usr/bin/kubelet", "--kubeconfig=/etc/kubernetes/kubelet.conf", "--rotate-certificates=false"].map(String::from).to_vec(), rotate_in_config: Some(true) }), CheckId::Config, Status::Pass, "node n1", ""),
     ("stale CA", |o| o.cert = CertObs::Checked { path: "/p".into(), info: None, verdict: Err(InstalledError::Verify(VerifyError::UntrustedIssuer { issuer: "CN=old-ca".into() })), other_ca: None }, CheckId::ClientCertificate, Status::Fail, "CN=old-ca", "rm /p"),
 ];
 
