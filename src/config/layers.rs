@@ -55,13 +55,23 @@ impl Settings {
                 at.absolute($key, p)?
             }};
         }
-        let node_name = take!("nodeName", node_name, String::new());
-        let node_name = match at.of("nodeName") {
-            Origin::Default { .. } => {
-                hostname().map_err(|source| ConfigError::Hostname { source })?
-            }
-            _ => node_name.to_lowercase(),
+        let typed = take!("nodeName", node_name, String::new());
+        let (node_name, from_host) = match at.of("nodeName") {
+            Origin::Default { .. } => (
+                hostname().map_err(|source| ConfigError::Hostname { source })?,
+                true,
+            ),
+            _ => (typed.to_lowercase(), false),
         };
+        // Checked here, where what the operator typed is at hand: the error quotes it, not
+        // the lower-cased value the check saw.
+        if !is_dns1123_subdomain(&node_name) {
+            return Err(at.bad("nodeName", format!(
+                "{}{:?} is not a valid node name (lower-case letters, digits, '-' and '.', at most 253){}",
+                if from_host { "host name " } else { "" },
+                if from_host { &node_name } else { &typed },
+                if from_host { "; pass --node-name" } else { "" })));
+        }
         let metrics = take!(
             "metricsBindAddress",
             metrics_bind_address,
@@ -152,13 +162,6 @@ impl Settings {
     fn validate(&self, at: &Layers<'_>, renew_floor: Duration) -> Result<(), ConfigError> {
         let s = self;
         let fail = |key: &'static str, problem: String| Err(at.bad(key, problem));
-        if !is_dns1123_subdomain(&s.node_name) {
-            let from_host = matches!(at.of("nodeName"), Origin::Default { .. });
-            return fail("nodeName", format!(
-                "{}{:?} is not a valid node name (lower-case letters, digits, '-' and '.', at most 253){}",
-                if from_host { "host name " } else { "" }, s.node_name,
-                if from_host { "; pass --node-name" } else { "" }));
-        }
         if !(s.rotation_fraction > 0.0 && s.rotation_fraction < 1.0) {
             return fail(
                 "rotationFraction",
