@@ -10,6 +10,7 @@ use crate::doctor::Outcome;
 use crate::identity::bootstrap::InstalledError;
 use crate::identity::csr::{self, Verdict};
 use crate::pki::verify::VerifyError;
+use crate::pki::CertProfile;
 use crate::runtime::health::{ago, rfc3339};
 use crate::runtime::report;
 
@@ -331,7 +332,7 @@ pub(super) fn client_certificate(
 fn vouched(other: &OtherCa, node: &str) -> Result<String, String> {
     let issuer = &other.issuer;
     match &other.proof {
-        Proof::Accepted => Ok(format!(", issued by {issuer:?} (not the kubeconfig's CA) and accepted by the API server: a SelfSubjectReview with it answers system:node:{node} in system:nodes")),
+        Proof::Accepted(vouched) => Ok(format!(", issued by {issuer:?} (not the kubeconfig's CA) and accepted by the API server: {}", vouched.evidence(&CertProfile::client(node)))),
         Proof::Unanswered { reason } => Err(format!("issued by {issuer:?}, not the kubeconfig's CA, and the API server could not be asked whether it accepts it ({reason}); bootlet uses it all the same")),
         Proof::NotAsked => Err(format!("issued by {issuer:?}, not the kubeconfig's CA; whether the API server accepts it was not asked")),
     }

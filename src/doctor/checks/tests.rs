@@ -19,6 +19,7 @@ use crate::api::{Error, Identity};
 use crate::cli::Flags;
 use crate::doctor::observe::{CsrObs, Net, OtherCa, Proof, Sar};
 use crate::doctor::{evaluate, Status};
+use crate::identity::issue::proof::Vouched;
 use crate::pki::CertInfo;
 
 const NOW: u64 = 1_800_000_000;
@@ -394,10 +395,26 @@ const JOINED_ROWS: &[Row] = &[
     ),
     (
         "another CA, accepted by the API server",
-        |o| from_other_ca(o, Some(Proof::Accepted)),
+        |o| from_other_ca(o, Some(Proof::Accepted(Vouched::Reviewed))),
         CheckId::ClientCertificate,
         Status::Pass,
         "issued by \"CN=kubelet-client-ca\" (not the kubeconfig's CA) and accepted by the API server: a SelfSubjectReview with it answers system:node:n1 in system:nodes, rotation on",
+        "",
+    ),
+    (
+        "another CA, the review forbidden (403)",
+        |o| from_other_ca(o, Some(Proof::Accepted(Vouched::ReviewForbidden))),
+        CheckId::ClientCertificate,
+        Status::Pass,
+        "accepted by the API server: a SelfSubjectReview with it is forbidden (403), an answer only an authenticated request gets",
+        "",
+    ),
+    (
+        "another CA, no review API (404)",
+        |o| from_other_ca(o, Some(Proof::Accepted(Vouched::AccessReviewed { status: 201 }))),
+        CheckId::ClientCertificate,
+        Status::Pass,
+        "accepted by the API server: the server has no SelfSubjectReview (404), and a SelfSubjectAccessReview with it is answered (201)",
         "",
     ),
     (
