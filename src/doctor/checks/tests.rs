@@ -290,6 +290,25 @@ const JOINED_ROWS: &[Row] = &[
         "--group=system:nodes",
     ),
     (
+        "rotation CSR pending, no approver",
+        |o| {
+            o.net.csr = csr_with(&[], false);
+            o.net.can_autoapprove = sar(false)
+        },
+        CheckId::Csr,
+        Status::Warn,
+        "rotation CSR node-csr-x has been waiting for approval for 3m0s, and nothing approves it: ClusterRoleBinding kubeadm:node-autoapprove-certificate-rotation is missing",
+        "kubectl certificate approve node-csr-x",
+    ),
+    (
+        "rotation CSR pending, approver present",
+        |o| o.net.csr = csr_with(&[], false),
+        CheckId::Csr,
+        Status::Warn,
+        "rotation CSR node-csr-x has been waiting for approval for 3m0s, although system:nodes may be auto-approved",
+        "kubectl certificate approve node-csr-x",
+    ),
+    (
         "stale Node",
         |o| {
             if let Some(Ok(n)) = &mut o.net.node {
