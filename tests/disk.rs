@@ -3,7 +3,8 @@
 //! tmpfs remounted read-only, the cert dir deleted. Each time: an error naming the path,
 //! the current certificate untouched and still used (the Lease renews with it), retries
 //! at most about once a second (counted in a window), no CSR piling up, and the rotation
-//! completing once the fault is fixed. Needs root (mount); the project's tests run as root.
+//! completing once the fault is fixed. Needs root (mount): without it each test fails
+//! saying so, never passes unseen; the project's tests run as root (`bash tests/run.sh`).
 
 mod support;
 
@@ -85,8 +86,12 @@ fn sh(cmd: &str, args: &[&str]) {
     );
 }
 
-fn is_root() -> bool {
-    rustix::process::geteuid().is_root()
+/// Fail loudly without root: a test that returned early would pass having shown nothing.
+fn require_root() {
+    assert!(
+        rustix::process::geteuid().is_root(),
+        "this test mounts a tmpfs, which needs root: run it as root (bash tests/run.sh does)"
+    );
 }
 
 /// What to do to the disk, and how to fix it.
@@ -299,10 +304,7 @@ async fn under(fault: Fault) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_full_read_only_or_deleted_cert_dir_keeps_the_identity_and_recovers() {
-    if !is_root() {
-        eprintln!("skipped: mounting a tmpfs needs root (the project's tests run as root)");
-        return;
-    }
+    require_root();
     let (a, b, c, d) = tokio::join!(
         under(Fault::Full),
         under(Fault::FullAfterCsr),
@@ -320,10 +322,7 @@ async fn a_full_read_only_or_deleted_cert_dir_keeps_the_identity_and_recovers() 
 /// there is room the node comes up with that one certificate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kubeconfig_that_cannot_be_written_at_bootstrap_costs_one_csr_not_one_per_retry() {
-    if !is_root() {
-        eprintln!("skipped: mounting a tmpfs needs root (the project's tests run as root)");
-        return;
-    }
+    require_root();
     let mut s = scene("disk-kubeconfig", false).await;
     let mnt = s.node.tmp.path().join("etc");
     let fs = Tmpfs::mount(&mnt, "64k");

@@ -896,3 +896,62 @@ async fn text_output_marks_each_check_and_prints_the_fix() {
     );
     tp.shutdown().await;
 }
+
+/// A rotation CSR waiting with nothing to approve it (the rotation binding deleted): doctor
+/// says what the daemon's STATUS= says — which CSR, for how long, the line that approves it
+/// — besides the missing binding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_rotation_csr_is_named_with_its_wait_and_the_approve_line() {
+    let tp = TestPlane::builder()
+        .cert_ttl(Duration::from_secs(30))
+        .allow_short_expiration(true)
+        .start()
+        .await
+        .unwrap();
+    tp.delete_cluster_role_binding("kubeadm:node-autoapprove-certificate-rotation")
+        .unwrap();
+    let token = tp.create_token(Some(HOUR));
+    let dir = NodeDir::new(&tp.kubeconfig_for_token(&token));
+    let mut events = tp.events();
+    let mut args = dir.args(NODE);
+    // Rotate 3 s into the 30 s certificate.
+    args.extend(["--rotation-fraction", "0.1", "--rotation-jitter", "0"].map(String::from));
+    let agent = support::Agent::spawn(&args);
+    let mut filed = Vec::new();
+    while filed.len() < 2 {
+        filed.push(
+            support::wait_event(&mut events, |e| match e {
+                testplane::Event::CsrCreated { name, .. } => Some(name.clone()),
+                _ => None,
+            })
+            .await,
+        );
+    }
+    let rotation = &filed[1];
+    agent
+        .wait_for_log(&format!("kubectl certificate approve {rotation}"))
+        .await;
+    // The pending key stays in the cert dir across a stop: doctor finds the CSR by it.
+    let (status, _) = agent.terminate().await;
+    assert!(status.success());
+
+    let run = doctor_json(&flags(&dir)).await;
+    let ctx = format!("{:#}", run.json);
+    let csr = run.summary("csr");
+    assert!(
+        csr.contains(&format!(
+            "rotation CSR {rotation} has been waiting for approval for "
+        )),
+        "{ctx}"
+    );
+    assert!(
+        csr.contains("ClusterRoleBinding kubeadm:node-autoapprove-certificate-rotation is missing"),
+        "{ctx}"
+    );
+    assert_eq!(
+        run.fix("csr"),
+        format!("kubectl certificate approve {rotation}"),
+        "{ctx}"
+    );
+    tp.shutdown().await;
+}

@@ -562,12 +562,30 @@ fn with_two_lease_writers_a_dead_kubelet_still_turns_the_node_not_ready() {
         agent
             .wait_for_log("ready: client certificate and kubeconfig in place")
             .await;
+        // The test is about two writers only if bootlet is one: before the kubelet exists,
+        // the Lease is there, held by the node, renewed more than once — bootlet's writes,
+        // as the server has them (nothing else writes it yet), and as bootlet logged them.
+        let first = std::cell::RefCell::new(None::<String>);
+        eventually(REAL_WAIT, "bootlet renews the Lease", || async {
+            let spec = lease(c, node).await?["spec"].clone();
+            let renewed = spec["renewTime"].as_str()?.to_string();
+            assert_eq!(spec["holderIdentity"], node, "{spec}");
+            let mut first = first.borrow_mut();
+            (*first.get_or_insert_with(|| renewed.clone()) != renewed).then_some(())
+        })
+        .await;
         let kubelet = hollow(c, dir.tmp.path(), node, &dir.kubeconfig, &[]);
         eventually(REAL_WAIT, "Node Ready", || async {
             (node_ready(c, node).await.as_deref() == Some("True")).then_some(())
         })
         .await;
         tokio::time::sleep(Duration::from_secs(25)).await;
+        let renewals = agent.log().matches("lease renewed").count();
+        assert!(
+            renewals >= 2,
+            "bootlet renewed the Lease {renewals} times before the kubelet was killed:\n{}",
+            agent.log()
+        );
         kubelet.kill().await;
         let killed = tokio::time::Instant::now();
         eventually(

@@ -490,3 +490,52 @@ async fn an_expired_certificate_is_not_ready_and_status_says_expired() {
     let (status, log) = agent.terminate().await;
     assert!(status.success(), "{log}");
 }
+
+#[tokio::test]
+async fn a_huge_deny_message_is_clipped_in_status_and_the_watchdog_keeps_pinging() {
+    let tp = plane_approving(HOUR, Approval::Manual).await;
+    let mut events = tp.events();
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let mut notify = NotifySocket::bind();
+    let agent = Agent::spawn_env(
+        &args(&node, "n-huge-deny", &[]),
+        &[
+            ("NOTIFY_SOCKET", &notify.env()),
+            ("WATCHDOG_USEC", "1000000"),
+        ],
+    );
+    let csr = wait_event(&mut events, |e| match e {
+        Event::CsrCreated { name, .. } => Some(name.clone()),
+        _ => None,
+    })
+    .await;
+    // Larger than a datagram may be (net.core.wmem_default, ~208 KiB): sent whole in
+    // STATUS=, it would fail, and the watchdog ping with it.
+    let message = format!("policy says no {}", "x".repeat(300 * 1024));
+    tp.deny_with_message(&csr, "Policy", &message).unwrap();
+    agent.wait_for_log("bootstrap attempt failed").await;
+    let (_, msg) = notify
+        .until("the back-off STATUS", |l| {
+            l.starts_with("STATUS=retrying in ") && l.contains("policy says no xxx")
+        })
+        .await;
+    let status = msg.lines().find(|l| l.starts_with("STATUS=")).unwrap();
+    assert!(
+        status.len() < 2048 && status.ends_with("run 'bootlet doctor' for the full chain)"),
+        "STATUS= is clipped and keeps its doctor hint ({} bytes): {}",
+        status.len(),
+        &status[..status.len().min(300)]
+    );
+    // The back-off line ages every second, so a status rides with nearly every ping: none
+    // may be lost (systemd kills the agent when two are more than WATCHDOG_USEC apart).
+    notify.drain();
+    let mut pings = vec![Instant::now()];
+    while pings.len() < 5 {
+        pings.push(notify.until("WATCHDOG=1", |l| l == "WATCHDOG=1").await.0);
+    }
+    for gap in pings.windows(2).map(|w| w[1] - w[0]) {
+        assert!(gap < Duration::from_millis(900), "ping gap {gap:?}");
+    }
+    let (status, log) = agent.terminate().await;
+    assert!(status.success(), "{log}");
+}

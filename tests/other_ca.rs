@@ -390,3 +390,88 @@ async fn a_restart_reuses_a_second_ca_certificate_through_an_outage_and_drops_on
     let (_, issuers, _) = installed(&stale);
     assert_eq!(issuers[0], "CN=kubernetes");
 }
+
+/// Only a 401 refuses a certificate: a SelfSubjectReview answered 403 (its authorization
+/// trimmed: the server authenticated the certificate first) or 404 (no review API: a server
+/// before 1.28, or turned off; bootlet then asks a SelfSubjectAccessReview, open to every
+/// authenticated user) keeps a working certificate from another CA, at issuance and at
+/// every restart, and `bootlet doctor` passes it.
+#[tokio::test]
+async fn a_review_answered_403_or_404_does_not_throw_away_a_working_certificate() {
+    const ACCESS: &str = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+    for (case, status) in [("forbidden", 403), ("absent", 404)] {
+        let tp = plane(HOUR).await;
+        tp.set_signer(Signer::SecondCa { chain: false });
+        match status {
+            403 => tp.delete_cluster_role_binding("system:basic-user").unwrap(),
+            _ => tp.faults().unserve(REVIEW),
+        }
+        let name = format!("node-review-{case}");
+        let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+        let agent = Agent::spawn(&args(&node, &name, &[]));
+        agent.wait_for_log("client certificate installed").await;
+        let (_, issuers, _) = installed(&node);
+        assert_eq!(issuers[0], "CN=kubelet-client-ca", "{case}");
+        let (exit, log) = agent.terminate().await;
+        assert!(exit.success(), "{case}: {log}");
+        assert!(log.contains("the API server accepts it: "), "{case}: {log}");
+
+        let agent = Agent::spawn(&args(&node, &name, &[]));
+        agent
+            .wait_for_log("reusing the valid client certificate")
+            .await;
+        let (exit, log) = agent.terminate().await;
+        assert!(exit.success(), "{case}: {log}");
+        assert!(!log.contains("cannot be reused"), "{case}: {log}");
+        assert_eq!(tp.csrs().len(), 1, "{case}: no second CSR");
+        let user = format!("system:node:{name}");
+        let proofs = reviews(&tp);
+        assert_eq!(proofs.len(), 2, "{case}: {proofs:#?}");
+        assert!(
+            proofs.iter().all(|r| r.status == status && r.user == user),
+            "{case}: {proofs:#?}"
+        );
+        let access: Vec<_> = tp
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == "POST" && r.path == ACCESS)
+            .collect();
+        let fallback = if status == 404 { 2 } else { 0 };
+        assert_eq!(access.len(), fallback, "{case}: {access:#?}");
+        assert!(
+            access.iter().all(|r| r.status == 201 && r.user == user),
+            "{case}: {access:#?}"
+        );
+
+        // doctor proves it the same way (its flags: `run`'s without the subcommand), and
+        // tests the client certificate, not the bootstrap token, as the daemon would use it.
+        let run = support::doctor::doctor_json(&node.args(&name)[1..]).await;
+        assert!(
+            run.summary("authentication")
+                .contains("the client certificate"),
+            "{case}: {}",
+            run.json
+        );
+        assert!(
+            !run.json.to_string().contains("does not vouch"),
+            "{case}: {}",
+            run.json
+        );
+        if status == 404 {
+            // With system:basic-user trimmed (403), authorization fails before it.
+            assert_eq!(
+                run.check("client-certificate")["status"],
+                "pass",
+                "{case}: {}",
+                run.json
+            );
+            assert!(
+                run.summary("client-certificate")
+                    .contains("a SelfSubjectAccessReview with it is answered (201)"),
+                "{case}: {}",
+                run.json
+            );
+        }
+        assert!(tp.unexpected_requests().is_empty(), "{case}");
+    }
+}

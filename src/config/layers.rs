@@ -68,14 +68,27 @@ impl Settings {
                 at.absolute($key, p)?
             }};
         }
-        let node_name = take!("nodeName", node_name, String::new());
-        let node_name = match at.of("nodeName") {
+        let typed = take!("nodeName", node_name, String::new());
+        // Where a name nobody typed into bootlet's config came from, for the error.
+        let (node_name, found_in) = match at.of("nodeName") {
             Origin::Default { .. } => match &kubelet.node_name {
-                Some(name) => name.clone(),
-                None => hostname().map_err(|source| ConfigError::Hostname { source })?,
+                Some(name) => (name.clone(), Some("the kubelet's --hostname-override ")),
+                None => (
+                    hostname().map_err(|source| ConfigError::Hostname { source })?,
+                    Some("host name "),
+                ),
             },
-            _ => node_name.to_lowercase(),
+            _ => (typed.to_lowercase(), None),
         };
+        // Checked here, where what the operator typed is at hand: the error quotes it, not
+        // the lower-cased value the check saw.
+        if !is_dns1123_subdomain(&node_name) {
+            return Err(at.bad("nodeName", format!(
+                "{}{:?} is not a valid node name (lower-case letters, digits, '-' and '.', at most 253){}",
+                found_in.unwrap_or(""),
+                if found_in.is_some() { &node_name } else { &typed },
+                if found_in.is_some() { "; pass --node-name" } else { "" })));
+        }
         let metrics = take!(
             "metricsBindAddress",
             metrics_bind_address,
@@ -170,13 +183,6 @@ impl Settings {
     fn validate(&self, at: &Layers<'_>, renew_floor: Duration) -> Result<(), ConfigError> {
         let s = self;
         let fail = |key: &'static str, problem: String| Err(at.bad(key, problem));
-        if !is_dns1123_subdomain(&s.node_name) {
-            let from_host = matches!(at.of("nodeName"), Origin::Default { .. });
-            return fail("nodeName", format!(
-                "{}{:?} is not a valid node name (lower-case letters, digits, '-' and '.', at most 253){}",
-                if from_host { "host name " } else { "" }, s.node_name,
-                if from_host { "; pass --node-name" } else { "" }));
-        }
         if !(s.rotation_fraction > 0.0 && s.rotation_fraction < 1.0) {
             return fail(
                 "rotationFraction",

@@ -243,11 +243,16 @@ fn node_names_are_lowercased_and_validated() {
         let e = err(None, &[&format!("--node-name={bad}")]);
         assert!(e.starts_with("--node-name: "), "{e}");
     }
-    let file = FileConfig::parse(Path::new(CFG), "nodeName: bad_name\n").unwrap();
+    // The error quotes what the operator typed, not the lower-cased value checked.
+    assert_eq!(
+        err(None, &["--node-name", "Bad_Name!"]),
+        r#"--node-name: "Bad_Name!" is not a valid node name (lower-case letters, digits, '-' and '.', at most 253)"#
+    );
+    let file = FileConfig::parse(Path::new(CFG), "nodeName: Bad_Name\n").unwrap();
     let e = Settings::from_parts(Some((Path::new(CFG), &file)), &Flags::default()).unwrap_err();
     assert!(
         e.to_string()
-            .starts_with("/etc/bootlet.yaml: nodeName: \"bad_name\" is not"),
+            .starts_with("/etc/bootlet.yaml: nodeName: \"Bad_Name\" is not"),
         "{e}"
     );
 }

@@ -102,8 +102,9 @@ pub struct OtherCa {
 pub enum Proof {
     /// Not asked: the network part stopped before it.
     NotAsked,
-    /// The review answered this node's user and group.
-    Accepted,
+    /// The server vouched for it (see `proof::Vouched`: the review answered this node's
+    /// user and group, or answered as only an authenticated request is answered).
+    Accepted(proof::Vouched),
     /// No answer in time (or a 5xx): the daemon uses it all the same at start.
     Unanswered { reason: String },
 }
@@ -317,7 +318,7 @@ async fn vouch(s: &Settings, cluster: &ClusterAccess, api: &ClientOptions, obs: 
         return;
     };
     match answer {
-        Ok(()) => other.proof = Proof::Accepted,
+        Ok(vouched) => other.proof = Proof::Accepted(vouched),
         Err(e) if e.is_refusal() => {
             *verdict = Err(InstalledError::Unaccepted {
                 issuer: other.issuer.clone(),

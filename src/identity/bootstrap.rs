@@ -249,8 +249,9 @@ impl<'a> Bootstrap<'a> {
         )
         .await
         {
-            Ok(()) => {
-                tracing::info!(%serial, %issuer, "the current client certificate is signed by another CA than the kubeconfig's, and the API server accepts it (SelfSubjectReview)");
+            Ok(vouched) => {
+                let evidence = vouched.evidence(&profile);
+                tracing::info!(%serial, %issuer, "the current client certificate is signed by another CA than the kubeconfig's, and the API server accepts it: {evidence}");
                 Ok(installed)
             }
             Err(e) if e.is_refusal() => Err(InstalledError::Unaccepted {

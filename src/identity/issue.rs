@@ -348,9 +348,9 @@ impl Issuer {
         let chain_pem = checked.chain_pem();
         let patience = proof::Patience::Retry(PROOF_LIMIT.min(req.wait_limit));
         match proof::prove(&cluster, &chain_pem, key_pem, req.profile, patience).await {
-            Ok(()) => {
-                let (user, group) = req.profile.subject();
-                tracing::info!(%csr, %issuer, serial = %checked.info.serial, "the API server accepts it: a SelfSubjectReview with it answers {user} in {group}");
+            Ok(vouched) => {
+                let evidence = vouched.evidence(req.profile);
+                tracing::info!(%csr, %issuer, serial = %checked.info.serial, "the API server accepts it: {evidence}");
                 Ok(())
             }
             Err(source) if source.is_refusal() => {

@@ -1,6 +1,7 @@
 //! The agent's health: one `Snapshot` on a watch channel that every loop updates and that
 //! `notify` (READY/STATUS/WATCHDOG) and metrics read. Pure data and formatting; no IO.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -11,6 +12,10 @@ use tokio::time::Instant;
 mod state;
 
 pub use state::{doctor_hint, State};
+
+/// The longest status line, in characters (at most 32 KiB; a notify datagram may hold
+/// about 208 KiB): a backstop, the server text in it is clipped shorter where it is built.
+const MAX_STATUS: usize = 8192;
 
 /// The client certificate in use, as logged (never its body).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,9 +82,15 @@ impl Snapshot {
 
     /// One line for `systemctl status`, saying what the agent waits for or does next. Server
     /// text in it (a deny message, a `Status.message`) has its controls escaped: the line is
-    /// sent as `STATUS=` and must never carry a second notify assignment.
+    /// sent as `STATUS=` and must never carry a second notify assignment. Server text is
+    /// clipped where the line is built, and the whole line is bounded by `MAX_STATUS`: it
+    /// shares a datagram with `WATCHDOG=1`.
     pub fn status_line(&self, now: SystemTime) -> String {
-        crate::runtime::text::one_line(&self.status_text(now)).into_owned()
+        let line = crate::runtime::text::one_line(&self.status_text(now)).into_owned();
+        match crate::runtime::text::clip(&line, MAX_STATUS) {
+            Cow::Borrowed(_) => line,
+            Cow::Owned(clipped) => clipped,
+        }
     }
 
     fn status_text(&self, now: SystemTime) -> String {

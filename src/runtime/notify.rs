@@ -212,35 +212,67 @@ pub fn stopping(why: &str) {
 /// One datagram with `states` (formatted by sd-notify's `NotifyState`) on a socket
 /// connected once to `NOTIFY_SOCKET` and kept: `sd_notify::notify` opens, connects and
 /// closes a socket per message, which is most of a watchdog ping's cost when one rides on
-/// every Lease renewal. A failed send reconnects once (systemd re-created the socket).
-/// Paths and abstract names (`@…`) both work; without `NOTIFY_SOCKET` this does nothing.
+/// every Lease renewal. Paths and abstract names (`@…`) both work; without
+/// `NOTIFY_SOCKET` this does nothing.
 fn send(states: &[NotifyState<'_>]) {
     static SOCKET: Mutex<Option<UnixDatagram>> = Mutex::new(None);
     let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
         return;
     };
-    let msg = message(states);
     let mut socket = SOCKET.lock().unwrap_or_else(|e| e.into_inner());
-    for attempt in 0..2 {
-        let sent = match socket.as_ref() {
-            Some(s) => s.send(msg.as_bytes()),
-            None => connect(&path)
-                .and_then(|s| s.send(msg.as_bytes()).map(|n| (s, n)))
-                .map(|(s, n)| {
-                    *socket = Some(s);
-                    n
-                }),
-        };
-        match sent {
-            Ok(_) => return,
-            Err(e) if attempt == 0 && socket.is_some() => {
-                tracing::debug!(error = %e, "notify socket send failed; reconnecting");
-                *socket = None;
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "sd_notify failed");
-                return;
-            }
+    deliver(&mut socket, &path, states);
+}
+
+/// Send `states` in one datagram on `socket` (connected to `path` on first use). When that
+/// fails and it carried `WATCHDOG=1` with other lines (a datagram too large for the socket,
+/// say), the ping goes again alone: whatever a status line holds, it never costs the
+/// watchdog ping that systemd kills us without.
+fn deliver(socket: &mut Option<UnixDatagram>, path: &std::ffi::OsStr, states: &[NotifyState<'_>]) {
+    let msg = message(states);
+    let Err(e) = send_datagram(socket, path, msg.as_bytes()) else {
+        return;
+    };
+    let ping = states.iter().any(|s| matches!(s, NotifyState::Watchdog));
+    if !ping || states.len() == 1 {
+        tracing::debug!(error = %e, "sd_notify failed");
+        return;
+    }
+    tracing::warn!(error = %e, bytes = msg.len(), "notify message not sent; sending the watchdog ping alone");
+    if let Err(e) = send_datagram(socket, path, message(&[NotifyState::Watchdog]).as_bytes()) {
+        tracing::debug!(error = %e, "sd_notify failed");
+    }
+}
+
+/// One datagram on `socket`; a failed send on a kept socket reconnects once (systemd
+/// re-created the socket).
+fn send_datagram(
+    socket: &mut Option<UnixDatagram>,
+    path: &std::ffi::OsStr,
+    msg: &[u8],
+) -> std::io::Result<()> {
+    let reused = socket.is_some();
+    match send_once(socket, path, msg) {
+        Err(e) if reused => {
+            tracing::debug!(error = %e, "notify socket send failed; reconnecting");
+            *socket = None;
+            send_once(socket, path, msg)
+        }
+        sent => sent,
+    }
+}
+
+fn send_once(
+    socket: &mut Option<UnixDatagram>,
+    path: &std::ffi::OsStr,
+    msg: &[u8],
+) -> std::io::Result<()> {
+    match socket.as_ref() {
+        Some(s) => s.send(msg).map(drop),
+        None => {
+            let s = connect(path)?;
+            s.send(msg)?;
+            *socket = Some(s);
+            Ok(())
         }
     }
 }
@@ -291,6 +323,27 @@ mod tests {
             msg,
             "STATUS=denied: no\\nREADY=1\\nWATCHDOG_USEC=1\nWATCHDOG=1\n"
         );
+    }
+
+    #[test]
+    fn a_status_too_large_for_a_datagram_does_not_cost_the_watchdog_ping() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("notify.sock");
+        let systemd = UnixDatagram::bind(&path).unwrap();
+        systemd.set_nonblocking(true).unwrap();
+        // Over any datagram limit (net.core.wmem_max is ~208 KiB by default).
+        let huge = "x".repeat(8 << 20);
+        let mut socket = None;
+        deliver(
+            &mut socket,
+            path.as_os_str(),
+            &[NotifyState::Status(&huge), NotifyState::Watchdog],
+        );
+        let mut buf = [0u8; 64];
+        let n = systemd
+            .recv(&mut buf)
+            .expect("a datagram reached the socket");
+        assert_eq!(&buf[..n], b"WATCHDOG=1\n");
     }
 
     #[test]

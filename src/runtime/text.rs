@@ -1,6 +1,7 @@
 //! Text from the server is data, not protocol: a CSR's deny message, a `Status.message` or a
 //! proxy's error page may carry newlines or escape sequences. `one_line` makes any text safe
-//! for a one-line sink (`STATUS=`, a log line, `report()`). A leaf: imports nothing of ours.
+//! for a one-line sink (`STATUS=`, a log line, `report()`); `clip` bounds its length. A
+//! leaf: imports nothing of ours.
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
@@ -34,6 +35,20 @@ pub fn one_line(text: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// `text` cut to at most `max` characters, the cut marked with "…" (counted in `max`), so
+/// a sink with a size limit (a `STATUS=` datagram rides with `WATCHDOG=1`) never carries
+/// an unbounded server message. Borrowed when it fits.
+pub fn clip(text: &str, max: usize) -> Cow<'_, str> {
+    match text.char_indices().nth(max) {
+        None => Cow::Borrowed(text),
+        Some(_) => {
+            let keep = max.saturating_sub(1);
+            let end = text.char_indices().nth(keep).map_or(text.len(), |(i, _)| i);
+            Cow::Owned(format!("{}…", &text[..end]))
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,5 +70,13 @@ mod tests {
         );
         assert!(!safe.chars().any(unsafe_char));
         assert_eq!(safe.lines().count(), 1);
+    }
+
+    #[test]
+    fn clip_bounds_characters_and_marks_the_cut() {
+        assert!(matches!(clip("short", 5), Cow::Borrowed("short")));
+        assert_eq!(clip("abcdef", 4), "abc…");
+        assert_eq!(clip("ééééé", 3), "éé…");
+        assert_eq!(clip(&"x".repeat(300_000), 100).chars().count(), 100);
     }
 }

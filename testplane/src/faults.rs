@@ -59,6 +59,8 @@ struct Inner {
     reset_watches_after: Option<Duration>,
     accept_mode: AcceptMode,
     answers: Vec<AnswerRule>,
+    /// API paths answered 404, as by a server that does not serve them.
+    unserved: Vec<String>,
     /// Every protobuf request body gets 415 (a server without protobuf for the type).
     refuse_protobuf: bool,
     /// The next this many API requests reset their connection unanswered and unapplied.
@@ -137,6 +139,11 @@ impl FaultState {
             .iter()
             .find(|r| r.matches(method, path, watch))
             .map(|r| r.answer.clone())
+    }
+
+    /// Whether `path` is one the server pretends not to serve ([`Faults::unserve`]).
+    pub fn unserves(&self, path: &str) -> bool {
+        self.lock().unserved.iter().any(|p| p == path)
     }
 
     pub fn refuses_protobuf(&self) -> bool {
@@ -352,6 +359,14 @@ impl Faults {
     /// Stop rewriting answers.
     pub fn clear_answers(&self) {
         self.with(|i| i.answers.clear());
+    }
+
+    /// Answer `path` (exactly, without the query) with 404 NotFound after authentication
+    /// and authorization, as a server that does not serve it: an API group version from a
+    /// later release (a server before 1.28 has no SelfSubjectReview) or one turned off by
+    /// `--runtime-config`. Until `clear`.
+    pub fn unserve(&self, path: &str) {
+        self.with(|i| i.unserved.push(path.to_string()));
     }
 
     pub fn expire_token(&self, id: &str) -> Result<(), Error> {

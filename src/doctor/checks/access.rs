@@ -3,6 +3,8 @@
 
 use std::time::SystemTime;
 
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+
 use super::{budget, curl, NEW_TOKEN};
 use crate::config::Settings;
 use crate::doctor::observe::{CertObs, CsrObs, Observations, OtherCa, Proof, Using};
@@ -10,6 +12,7 @@ use crate::doctor::Outcome;
 use crate::identity::bootstrap::InstalledError;
 use crate::identity::csr::{self, Verdict};
 use crate::pki::verify::VerifyError;
+use crate::pki::CertProfile;
 use crate::runtime::health::{ago, rfc3339};
 use crate::runtime::report;
 
@@ -165,15 +168,53 @@ fn auto_approves(obs: &Observations) -> Option<bool> {
     }
 }
 
-pub(super) fn csr(settings: &Settings, obs: &Observations, now: SystemTime) -> Outcome {
-    if matches!(obs.using, Using::ClientCert { .. }) {
-        if settings.rotate_certificates && auto_approves(obs) == Some(false) {
+/// How long `found` has existed, for a pending CSR's line ("3m12s").
+fn pending_for(found: &CertificateSigningRequest, now: SystemTime) -> String {
+    found
+        .metadata
+        .creation_timestamp
+        .as_ref()
+        .map(|t| ago(now, SystemTime::from(t.0)))
+        .unwrap_or_else(|| "?".into())
+}
+
+/// With a valid client certificate, the CSR in question is a rotation's: a pending one is
+/// named with how long it has waited and the line that approves it, as the daemon's STATUS=
+/// says it; otherwise only whether a rotation CSR would be approved.
+fn rotation_csr(settings: &Settings, obs: &Observations, now: SystemTime) -> Outcome {
+    let no_approver = settings.rotate_certificates && auto_approves(obs) == Some(false);
+    let restore = restore_binding(ROTATE_BINDING, SELFNODECLIENT_ROLE, "system:nodes");
+    if let Some(Ok(CsrObs::Found(found))) = &obs.net.csr {
+        if let (None, false) = csr::verdict(found) {
+            let name = found.metadata.name.clone().unwrap_or_default();
+            let why = if no_approver {
+                format!(", and nothing approves it: ClusterRoleBinding {ROTATE_BINDING} is missing (restore: {restore})")
+            } else if auto_approves(obs) == Some(true) {
+                ", although system:nodes may be auto-approved: is kube-controller-manager's csrapproving controller running?".into()
+            } else {
+                String::new()
+            };
             return Outcome::warn(
-                format!("no CSR needed now, but rotation CSRs will wait for a human: ClusterRoleBinding {ROTATE_BINDING} is missing"),
-                Some(restore_binding(ROTATE_BINDING, SELFNODECLIENT_ROLE, "system:nodes")),
+                format!(
+                    "rotation CSR {name} has been waiting for approval for {}{why}; the current certificate stays in use meanwhile",
+                    pending_for(found, now)
+                ),
+                Some(format!("kubectl certificate approve {name}")),
             );
         }
-        return Outcome::pass("no CSR needed: the client certificate is valid");
+    }
+    if no_approver {
+        return Outcome::warn(
+            format!("no CSR needed now, but rotation CSRs will wait for a human: ClusterRoleBinding {ROTATE_BINDING} is missing"),
+            Some(restore),
+        );
+    }
+    Outcome::pass("no CSR needed: the client certificate is valid")
+}
+
+pub(super) fn csr(settings: &Settings, obs: &Observations, now: SystemTime) -> Outcome {
+    if matches!(obs.using, Using::ClientCert { .. }) {
+        return rotation_csr(settings, obs, now);
     }
     let group = token_group(obs);
     let approver = format!("ClusterRoleBinding {APPROVE_BINDING} ({NODECLIENT_ROLE} for {group})");
@@ -222,12 +263,7 @@ pub(super) fn csr(settings: &Settings, obs: &Observations, now: SystemTime) -> O
             "kubectl -n kube-system get pods -l component=kube-controller-manager  # it signs with --cluster-signing-cert-file/--cluster-signing-key-file",
         ),
         (None, false) => {
-            let age = found
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .map(|t| ago(now, SystemTime::from(t.0)))
-                .unwrap_or_else(|| "?".into());
+            let age = pending_for(found, now);
             let why = if auto_approves(obs) == Some(true) {
                 format!("although {group} may be auto-approved: is kube-controller-manager's csrapproving controller running?")
             } else {
@@ -331,7 +367,7 @@ pub(super) fn client_certificate(
 fn vouched(other: &OtherCa, node: &str) -> Result<String, String> {
     let issuer = &other.issuer;
     match &other.proof {
-        Proof::Accepted => Ok(format!(", issued by {issuer:?} (not the kubeconfig's CA) and accepted by the API server: a SelfSubjectReview with it answers system:node:{node} in system:nodes")),
+        Proof::Accepted(vouched) => Ok(format!(", issued by {issuer:?} (not the kubeconfig's CA) and accepted by the API server: {}", vouched.evidence(&CertProfile::client(node)))),
         Proof::Unanswered { reason } => Err(format!("issued by {issuer:?}, not the kubeconfig's CA, and the API server could not be asked whether it accepts it ({reason}); bootlet uses it all the same")),
         Proof::NotAsked => Err(format!("issued by {issuer:?}, not the kubeconfig's CA; whether the API server accepts it was not asked")),
     }

@@ -20,6 +20,7 @@ use crate::cli::Flags;
 use crate::doctor::observe::KubeletObs;
 use crate::doctor::observe::{CsrObs, Net, OtherCa, Proof, Sar};
 use crate::doctor::{evaluate, Status};
+use crate::identity::issue::proof::Vouched;
 use crate::pki::CertInfo;
 
 const NOW: u64 = 1_800_000_000;
@@ -294,6 +295,25 @@ const JOINED_ROWS: &[Row] = &[
         "--group=system:nodes",
     ),
     (
+        "rotation CSR pending, no approver",
+        |o| {
+            o.net.csr = csr_with(&[], false);
+            o.net.can_autoapprove = sar(false)
+        },
+        CheckId::Csr,
+        Status::Warn,
+        "rotation CSR node-csr-x has been waiting for approval for 3m0s, and nothing approves it: ClusterRoleBinding kubeadm:node-autoapprove-certificate-rotation is missing",
+        "kubectl certificate approve node-csr-x",
+    ),
+    (
+        "rotation CSR pending, approver present",
+        |o| o.net.csr = csr_with(&[], false),
+        CheckId::Csr,
+        Status::Warn,
+        "rotation CSR node-csr-x has been waiting for approval for 3m0s, although system:nodes may be auto-approved",
+        "kubectl certificate approve node-csr-x",
+    ),
+    (
         "stale Node",
         |o| {
             if let Some(Ok(n)) = &mut o.net.node {
@@ -399,10 +419,26 @@ const JOINED_ROWS: &[Row] = &[
     ),
     (
         "another CA, accepted by the API server",
-        |o| from_other_ca(o, Some(Proof::Accepted)),
+        |o| from_other_ca(o, Some(Proof::Accepted(Vouched::Reviewed))),
         CheckId::ClientCertificate,
         Status::Pass,
         "issued by \"CN=kubelet-client-ca\" (not the kubeconfig's CA) and accepted by the API server: a SelfSubjectReview with it answers system:node:n1 in system:nodes, rotation on",
+        "",
+    ),
+    (
+        "another CA, the review forbidden (403)",
+        |o| from_other_ca(o, Some(Proof::Accepted(Vouched::ReviewForbidden))),
+        CheckId::ClientCertificate,
+        Status::Pass,
+        "accepted by the API server: a SelfSubjectReview with it is forbidden (403), an answer only an authenticated request gets",
+        "",
+    ),
+    (
+        "another CA, no review API (404)",
+        |o| from_other_ca(o, Some(Proof::Accepted(Vouched::AccessReviewed { status: 201 }))),
+        CheckId::ClientCertificate,
+        Status::Pass,
+        "accepted by the API server: the server has no SelfSubjectReview (404), and a SelfSubjectAccessReview with it is answered (201)",
         "",
     ),
     (

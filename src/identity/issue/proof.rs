@@ -1,12 +1,18 @@
 //! The proof that a client certificate which does not chain to the kubeconfig's CA works,
 //! before bootlet relies on it: one `authentication.k8s.io/v1` SelfSubjectReview with it,
 //! over a fresh connection (a new TLS handshake with the new certificate and key, trusting
-//! only the kubeconfig CA for the server), must answer the node's user and group. The
-//! offline checks are `pki::verify`'s; this is the part only the API server can answer.
+//! only the kubeconfig CA for the server), must answer the node's user and group. Only a
+//! 401 (or another user) is a no: a 403 comes after authentication, and a server without
+//! the review (404) is asked a SelfSubjectAccessReview instead. The offline checks are
+//! `pki::verify`'s; this is the part only the API server can answer.
 
+use std::future::Future;
 use std::time::Duration;
 
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
 
 use crate::api::kubeconfig::{Credential, Server};
 use crate::api::{self, retrying, ApiClient, ClientOptions};
@@ -15,8 +21,31 @@ use crate::runtime::backoff::Backoff;
 
 /// The review collection (GA since Kubernetes 1.28).
 pub const SELF_SUBJECT_REVIEWS: &str = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
+/// The fallback where there is no SelfSubjectReview (GA since 1.6). Not `GET /version` or
+/// `/api`: those are open to `system:unauthenticated` on most clusters (system:public-info-
+/// viewer, system:discovery), so their 200 says nothing about who asked, while creating a
+/// SelfSubjectAccessReview is granted to `system:authenticated` only (system:basic-user).
+pub const SELF_SUBJECT_ACCESS_REVIEWS: &str =
+    "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
 /// Longest piece of the server's answer (a user or group name) that goes into a message.
 const MAX_SERVER_TEXT: usize = 100;
+
+/// How the API server vouched for a certificate. Each is an answer only an authenticated
+/// request gets: kube-apiserver answers 401 to a client certificate it cannot verify even
+/// with anonymous auth on (an authenticator's error fails the request before anonymous is
+/// tried), so a 403 too means the certificate was accepted; the offline checks already
+/// matched its subject to the node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Vouched {
+    /// A SelfSubjectReview with it answered the node's user and group.
+    Reviewed,
+    /// The SelfSubjectReview was forbidden (403): its authorization was trimmed.
+    ReviewForbidden,
+    /// No SelfSubjectReview (404: before Kubernetes 1.28, or turned off), and a
+    /// SelfSubjectAccessReview with it was answered with `status` (201, or 403 when
+    /// system:basic-user is trimmed too).
+    AccessReviewed { status: u16 },
+}
 
 /// Why the API server did not vouch for a certificate.
 #[derive(Debug, thiserror::Error)]
@@ -25,8 +54,10 @@ pub enum ProofError {
     Setup(#[source] api::Error),
     #[error("the API server does not accept it")]
     Rejected(#[source] api::Error),
-    #[error("the API server has no authentication.k8s.io/v1 SelfSubjectReview to prove it with (Kubernetes 1.28 or later)")]
+    #[error("the API server answers neither a SelfSubjectReview nor a SelfSubjectAccessReview (404) to prove it with")]
     NoReview(#[source] api::Error),
+    #[error("the API server's answer to the review proves nothing either way")]
+    Inconclusive(#[source] api::Error),
     #[error("it authenticates as {user:?} in {groups:?}, not as {expected} in {group}")]
     OtherUser {
         user: String,
@@ -52,13 +83,25 @@ pub enum Patience {
 // === impl ProofError ===
 
 impl ProofError {
-    /// The server's answer is no (or cannot become yes by asking again): the certificate is
-    /// refused. Only an unanswered review may succeed later.
+    /// The server's answer is no: the certificate is refused (a 401, another user, or no
+    /// client can be built with it). An unanswered review, a server with no review to ask
+    /// and an answer that proves nothing are not a no.
     pub fn is_refusal(&self) -> bool {
-        !matches!(
+        matches!(
             self,
-            ProofError::Unanswered { .. } | ProofError::Unreachable(_)
+            ProofError::Setup(_) | ProofError::Rejected(_) | ProofError::OtherUser { .. }
         )
+    }
+
+    /// A refused review's error as the proof sees it: only a 401 says no.
+    fn from_answer(e: api::Error) -> ProofError {
+        if e.is_unauthorized() {
+            ProofError::Rejected(e)
+        } else if e.is_not_found() {
+            ProofError::NoReview(e)
+        } else {
+            ProofError::Inconclusive(e)
+        }
     }
 }
 
@@ -71,15 +114,16 @@ pub struct Cluster<'a> {
 }
 
 /// Authenticate with `chain_pem` + `key` and check the answer names `profile`'s subject
-/// (`system:node:NODE` in `system:nodes`). Transport errors, 5xx and 429 are retried as
-/// `patience` says; any other answer decides at once.
+/// (`system:node:NODE` in `system:nodes`); see [`Vouched`] for the other answers that
+/// prove it. Transport errors, 5xx and 429 are retried as `patience` says (for each of the
+/// two reviews, when the first is missing); any other answer decides at once.
 pub async fn prove(
     cluster: &Cluster<'_>,
     chain_pem: &str,
     key: &PrivateKeyPem,
     profile: &CertProfile,
     patience: Patience,
-) -> Result<(), ProofError> {
+) -> Result<Vouched, ProofError> {
     let credential = Credential::ClientCert {
         chain_pem: chain_pem.to_string(),
         key: key.clone(),
@@ -94,30 +138,94 @@ pub async fn prove(
     )
     .map_err(ProofError::Setup)?;
     let review = SelfSubjectReview::default();
-    let ask = || client.create::<_, SelfSubjectReview>(SELF_SUBJECT_REVIEWS, &review);
-    let answer = match patience {
+    let answer = ask(patience, "SelfSubjectReview", || {
+        client.create::<_, SelfSubjectReview>(SELF_SUBJECT_REVIEWS, &review)
+    })
+    .await?;
+    match answer {
+        Ok(answer) => judge(&answer, profile).map(|()| Vouched::Reviewed),
+        Err(e) if e.is_forbidden() => Ok(Vouched::ReviewForbidden),
+        Err(e) if e.is_not_found() => {
+            let access = access_review(profile);
+            let answer = ask(patience, "SelfSubjectAccessReview", || {
+                client.create::<_, SelfSubjectAccessReview>(SELF_SUBJECT_ACCESS_REVIEWS, &access)
+            })
+            .await?;
+            match answer {
+                Ok(_) => Ok(Vouched::AccessReviewed { status: 201 }),
+                Err(e) if e.is_forbidden() => Ok(Vouched::AccessReviewed { status: 403 }),
+                Err(e) => Err(ProofError::from_answer(e)),
+            }
+        }
+        Err(e) => Err(ProofError::from_answer(e)),
+    }
+}
+
+/// One review, retried as `patience` says: the server's answer (a status included), or
+/// why there was none.
+async fn ask<T, F, Fut>(
+    patience: Patience,
+    review: &str,
+    op: F,
+) -> Result<Result<T, api::Error>, ProofError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, api::Error>>,
+{
+    match patience {
         Patience::Retry(limit) => {
             let mut retry = Backoff::new(Duration::from_millis(500), Duration::from_secs(5), 0.2)
                 .expect("constant backoff bounds are valid");
-            let what = "proving the client certificate (SelfSubjectReview)";
-            tokio::time::timeout(limit, retrying(what, &mut retry, ask))
+            let what = format!("proving the client certificate ({review})");
+            tokio::time::timeout(limit, retrying(&what, &mut retry, op))
                 .await
-                .map_err(|_| ProofError::Unanswered { after: limit })?
+                .map_err(|_| ProofError::Unanswered { after: limit })
         }
-        Patience::Once(limit) => match tokio::time::timeout(limit, ask()).await {
-            Ok(Err(e)) if e.is_retryable() => return Err(ProofError::Unreachable(e)),
-            Ok(answer) => answer,
-            Err(_) => return Err(ProofError::Unanswered { after: limit }),
+        Patience::Once(limit) => {
+            let mut op = op;
+            match tokio::time::timeout(limit, op()).await {
+                Ok(Err(e)) if e.is_retryable() => Err(ProofError::Unreachable(e)),
+                Ok(answer) => Ok(answer),
+                Err(_) => Err(ProofError::Unanswered { after: limit }),
+            }
+        }
+    }
+}
+
+/// The fallback's question: may I read my own Lease? Whatever the answer, that the server
+/// answered it is the proof.
+fn access_review(profile: &CertProfile) -> SelfSubjectAccessReview {
+    SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some("get".into()),
+                group: Some("coordination.k8s.io".into()),
+                resource: Some("leases".into()),
+                namespace: Some("kube-node-lease".into()),
+                name: Some(profile.node.clone()),
+                ..Default::default()
+            }),
+            ..Default::default()
         },
-    };
-    let answer = answer.map_err(|e| {
-        if e.is_not_found() {
-            ProofError::NoReview(e)
-        } else {
-            ProofError::Rejected(e)
+        ..Default::default()
+    }
+}
+
+// === impl Vouched ===
+
+impl Vouched {
+    /// What the server's answer was, for a log line or doctor ("… answers system:node:n1 in
+    /// system:nodes").
+    pub fn evidence(&self, profile: &CertProfile) -> String {
+        let (user, group) = profile.subject();
+        match self {
+            Vouched::Reviewed => {
+                format!("a SelfSubjectReview with it answers {user} in {group}")
+            }
+            Vouched::ReviewForbidden => "a SelfSubjectReview with it is forbidden (403), an answer only an authenticated request gets".into(),
+            Vouched::AccessReviewed { status } => format!("the server has no SelfSubjectReview (404), and a SelfSubjectAccessReview with it is answered ({status}), which only an authenticated request gets"),
         }
-    })?;
-    judge(&answer, profile)
+    }
 }
 
 /// Whether a review's answer is `profile`'s node (pure).
@@ -177,5 +285,24 @@ mod tests {
             after: Duration::from_secs(30)
         }
         .is_refusal());
+    }
+
+    #[test]
+    fn only_a_401_refuses_the_certificate() {
+        let answer = |code| {
+            ProofError::from_answer(api::Error::Api {
+                method: reqwest::Method::POST,
+                path: SELF_SUBJECT_REVIEWS.into(),
+                code,
+                identity: api::Identity::Anonymous,
+                status: Box::default(),
+                retry_after: None,
+            })
+        };
+        assert!(answer(401).is_refusal());
+        for code in [400, 404, 405, 409] {
+            assert!(!answer(code).is_refusal(), "{code}");
+        }
+        assert!(matches!(answer(404), ProofError::NoReview(_)));
     }
 }

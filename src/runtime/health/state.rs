@@ -6,7 +6,11 @@ use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
 use crate::checkid::CheckId;
-use crate::runtime::health;
+use crate::runtime::{health, text};
+
+/// Longest piece of server text (a deny message, an error's cause) in a status line, in
+/// characters: STATUS= shares a datagram with WATCHDOG=1, and a datagram has a size limit.
+const MAX_REASON: usize = 512;
 
 /// Where the identity bootstrap stands. Each state knows its STATUS= line.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -97,17 +101,19 @@ impl State {
                 down_since,
                 reason,
             } => format!(
-                "waiting for approval of CSR {csr} for {} — API server unreachable for {} ({reason}): an approval is seen once it answers; approve with: kubectl certificate approve {csr}",
+                "waiting for approval of CSR {csr} for {} — API server unreachable for {} ({}): an approval is seen once it answers; approve with: kubectl certificate approve {csr}",
                 health::ago(now, *since),
-                health::ago(now, *down_since)
+                health::ago(now, *down_since),
+                text::clip(reason, MAX_REASON)
             ),
             State::BackingOff {
                 until,
                 reason,
                 check,
             } => format!(
-                "retrying in {}: {reason} ({})",
+                "retrying in {}: {} ({})",
                 health::human(until.duration_since(now).unwrap_or_default()),
+                text::clip(reason, MAX_REASON),
                 doctor_hint(*check)
             ),
             State::Installed => "client certificate installed".into(),

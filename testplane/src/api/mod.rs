@@ -224,6 +224,10 @@ async fn dispatch(ctx: &Ctx, route: &Route, verb: &str) -> Resp {
         }
         return e.into_resp();
     }
+    if shared.faults.unserves(&ctx.path) {
+        let msg = "the server could not find the requested resource";
+        return ApiError::new(404, "NotFound", msg).into_resp();
+    }
     let result = match route {
         Route::NonResource => return discovery::serve(ctx),
         Route::Review(_, r) if ctx.method == Method::POST => discovery::review(ctx, r),

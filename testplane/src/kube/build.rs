@@ -51,9 +51,7 @@ pub fn binary() -> Result<PathBuf, KubeError> {
         move |source| KubeError::Io { path, source }
     };
     std::fs::create_dir_all(&dir).map_err(io(&dir))?;
-    let lock_path = dir.join(".build.lock");
-    let lock = std::fs::File::create(&lock_path).map_err(io(&lock_path))?;
-    lock.lock().map_err(io(&lock_path))?;
+    let _lock = build_lock(&dir)?;
     let release = release()?;
     let go = which("go").ok_or_else(|| {
         KubeError::Build(
@@ -120,9 +118,17 @@ pub fn binary() -> Result<PathBuf, KubeError> {
 /// as), for callers that take one program path (the bench's shell baseline, tests).
 pub fn kubectl() -> Result<PathBuf, KubeError> {
     let kube = binary()?;
-    let link = kube.with_file_name("kubectl");
+    link_kubectl(kube.parent().expect("output has a parent"))
+}
+
+/// `DIR/kubectl` → `kube`, made under the build lock: two callers replacing it at once
+/// would share the temporary name (one's `symlink` fails with EEXIST, or one's `rename`
+/// finds it gone).
+fn link_kubectl(dir: &Path) -> Result<PathBuf, KubeError> {
+    let link = dir.join("kubectl");
+    let _lock = build_lock(dir)?;
     if std::fs::read_link(&link).ok().as_deref() != Some(Path::new("kube")) {
-        let tmp = kube.with_file_name(".kubectl.link");
+        let tmp = dir.join(".kubectl.link");
         let _ = std::fs::remove_file(&tmp);
         let io = |source| KubeError::Io {
             path: link.display().to_string(),
@@ -132,6 +138,19 @@ pub fn kubectl() -> Result<PathBuf, KubeError> {
         std::fs::rename(&tmp, &link).map_err(io)?;
     }
     Ok(link)
+}
+
+/// The lock every change under `DIR` (the build, the kubectl link) is made under, held
+/// until the returned file is dropped; concurrent callers wait for it.
+fn build_lock(dir: &Path) -> Result<std::fs::File, KubeError> {
+    let path = dir.join(".build.lock");
+    let io = |source| KubeError::Io {
+        path: path.display().to_string(),
+        source,
+    };
+    let lock = std::fs::File::create(&path).map_err(io)?;
+    lock.lock().map_err(io)?;
+    Ok(lock)
 }
 
 /// The binary exists and is newer than every source file of the module.
@@ -174,4 +193,30 @@ pub fn which(name: &str) -> Option<PathBuf> {
 fn workspace() -> PathBuf {
     let me = Path::new(env!("CARGO_MANIFEST_DIR"));
     me.parent().unwrap_or(me).to_path_buf()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Many callers (test binaries) making the link at once, while it keeps disappearing:
+    /// every one gets it.
+    #[test]
+    fn racing_callers_all_get_the_kubectl_link() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("kube"), "").unwrap();
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    for _ in 0..200 {
+                        let _ = std::fs::remove_file(dir.path().join("kubectl"));
+                        let link = link_kubectl(dir.path()).unwrap();
+                        assert_eq!(link, dir.path().join("kubectl"));
+                    }
+                });
+            }
+        });
+        let target = std::fs::read_link(dir.path().join("kubectl")).unwrap();
+        assert_eq!(target, Path::new("kube"));
+    }
 }
