@@ -321,7 +321,14 @@ async fn await_bootstrap(path: &std::path::Path, newer_than: Option<SystemTime>,
     }
     // Not a fault: a node built from an image has no credential until cloud-init's
     // `kubeadm join` (after the boot) or `write_files` gives it one.
-    tracing::info!(path = %path.display(), "no valid client certificate and no bootstrap kubeconfig yet; waiting for the file");
+    match newer_than {
+        None => {
+            tracing::info!(path = %path.display(), "no valid client certificate and no bootstrap kubeconfig yet; waiting for the file")
+        }
+        Some(_) => {
+            tracing::info!(path = %path.display(), "waiting for a bootstrap kubeconfig written after the reset (the next join's)")
+        }
+    }
     health.set_bootstrap(State::AwaitingBootstrapKubeconfig {
         path: path.to_path_buf(),
     });
