@@ -469,7 +469,8 @@ async fn after_kubeadm_reset_nothing_is_written_back_until_a_new_join() {
     let (status, log) = agent.terminate().await;
     assert!(status.success(), "exit {status:?}\n{log}");
     assert!(
-        log.contains("a new bootstrap kubeconfig appeared; joining again"),
+        log.contains("waiting for a bootstrap kubeconfig written after the reset")
+            && log.contains("the bootstrap kubeconfig appeared"),
         "{log}"
     );
 }
