@@ -536,6 +536,54 @@ async fn a_restart_does_not_forget_the_other_writer() {
     );
 }
 
+/// Before: a reload that changed a Lease key restarted the Lease loop from the new file,
+/// restart-only keys included: a new `nodeName` made bootlet renew another node's Lease
+/// with the old certificate (403 on every renewal, the real node NotReady) while the log
+/// said nodeName needed a restart. Now the loop is built from the running settings plus the
+/// reloadable keys: the new cadence applies, the node stays the one it runs as.
+#[tokio::test]
+async fn a_reload_restarts_the_lease_loop_without_its_restart_only_keys() {
+    let tp = plane(HOUR).await;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let config = node.tmp.path().join("bootlet.yaml");
+    std::fs::write(
+        &config,
+        "nodeName: kept\nleaseRenewInterval: 300ms\nleaseDuration: 2s\n",
+    )
+    .unwrap();
+    // The node name comes from the file alone (no --node-name flag over it).
+    let mut a: Vec<String> = node
+        .args("kept")
+        .into_iter()
+        .filter(|a| a != "--node-name" && a != "kept")
+        .collect();
+    a.extend(["--config".into(), support::path(&config)]);
+    a.push("--test-short-lease-interval".into());
+    let mut events = tp.events();
+    let agent = Agent::spawn(&a);
+    renewals(&tp, &mut events, "kept", 2).await;
+    std::fs::write(
+        &config,
+        "nodeName: other\nleaseRenewInterval: 200ms\nleaseDuration: 2s\n",
+    )
+    .unwrap();
+    support::signal(agent.pid(), "HUP");
+    let line = agent.wait_for_log("configuration reloaded").await;
+    assert!(line.contains("leaseRenewInterval=200ms"), "{line}");
+    let reloaded = SystemTime::now();
+    renewals(&tp, &mut events, "kept", 3).await;
+    let (status, log) = agent.terminate().await;
+    assert!(status.success(), "{log}");
+    assert!(log.contains("only applied after a restart"), "{log}");
+    assert!(
+        tp.requests()
+            .iter()
+            .all(|r| !r.path.contains("/leases/other") && !r.path.ends_with("/nodes/other")),
+        "bootlet touched the Lease of the node in the new file"
+    );
+    assert!(writes_since(&tp, "kept", reloaded) >= 3);
+}
+
 /// With a health probe that answers, a writer that stopped may be replaced, and the
 /// takeover is an error-level line; while the other writer renews, bootlet still stays out.
 #[tokio::test]
