@@ -247,7 +247,7 @@ impl LeaseLoop {
                     };
                     tracing::warn!(node = %r.cfg.node, "Lease {NAMESPACE}/{} is renewed by another writer (the kubelet?): two writers hide a dead kubelet, so bootlet stops renewing it and does not resume on its own{resume}; run bootlet with --renew-lease=false when the kubelet renews its own Lease", r.cfg.node);
                     bystander = Some(Bystander::new(Instant::now(), read_every));
-                    health.update(|s| s.lease.paused = Some(OTHER_WRITER.into()));
+                    health.update(|s| s.lease.paused = Some(other_writer(OTHER_WRITER)));
                 }
                 Err(e) => {
                     failed_periods += 1;
@@ -297,7 +297,7 @@ mod renewer;
 mod writers;
 
 pub use body::{body, due, is_marked, next_renew_time, next_slot};
-use renewer::{bystander_reads, Renewer, OTHER_WRITER};
+use renewer::{bystander_reads, other_writer, Renewer, OTHER_WRITER};
 use writers::Bystander;
 
 #[cfg(test)]

@@ -19,12 +19,20 @@ use super::{
 };
 use crate::api::conn::Connection;
 use crate::runtime::backoff::Backoff;
-use crate::runtime::health::Health;
+use crate::runtime::health::{Health, PauseReason, Paused};
 use crate::runtime::report;
 
 /// Why the loop does not write while another writer renews the Lease (`STATUS=`).
 pub(super) const OTHER_WRITER: &str =
     "another writer renews the Lease; bootlet stopped renewing it (use --renew-lease=false)";
+
+/// Paused for another writer, saying `why`.
+pub(super) fn other_writer(why: &str) -> Paused {
+    Paused {
+        reason: PauseReason::OtherWriter,
+        why: why.to_string(),
+    }
+}
 
 /// How often the Lease is read once another writer renews it: every half lease duration,
 /// never more often than the renewal interval (pure).
@@ -118,7 +126,7 @@ impl Renewer {
             Verdict::Renewing => false,
             Verdict::Resumed => {
                 tracing::info!(%node, "lease: the other writer renews the Lease again");
-                health.update(|s| s.lease.paused = Some(OTHER_WRITER.into()));
+                health.update(|s| s.lease.paused = Some(other_writer(OTHER_WRITER)));
                 false
             }
             Verdict::Stopped { idle, first } => match &self.cfg.probe {
@@ -131,10 +139,10 @@ impl Renewer {
                     if first {
                         tracing::error!(%node, idle = ?idle, "lease: the other writer has not renewed Lease {NAMESPACE}/{node} for {idle:?}; bootlet does not take over, since a writer that stops is what a dead kubelet looks like: the node controller will mark this node NotReady (set --lease-health-probe to let bootlet take over while the node agent answers, or delete the Lease (kubectl -n kube-node-lease delete lease {node}) and restart bootlet to make it the writer again)");
                         health.update(|s| {
-                            s.lease.paused = Some(
-                                "the other Lease writer stopped; bootlet does not take over (the node goes NotReady)"
-                                    .into(),
-                            )
+                            s.lease.paused = Some(Paused {
+                                reason: PauseReason::OtherWriterStopped,
+                                why: "the other Lease writer stopped; bootlet does not take over (the node goes NotReady)".into(),
+                            })
                         });
                     }
                     false
@@ -166,7 +174,12 @@ impl Renewer {
             *last = Some(ok);
         }
         if !ok {
-            health.update(|s| s.lease.paused = Some(format!("health probe {url} fails")));
+            health.update(|s| {
+                s.lease.paused = Some(Paused {
+                    reason: PauseReason::HealthProbe,
+                    why: format!("health probe {url} fails"),
+                })
+            });
         }
         ok
     }
