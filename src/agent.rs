@@ -470,7 +470,9 @@ fn reread() -> Result<Settings, ReloadError> {
 
 /// Applies a reloaded configuration by each setting's policy in `config::reload::TABLE`:
 /// `Live` ones at once (the log level, shutdownGrace), `LeaseLoop` ones by restarting the
-/// Lease loop with them, `Restart` ones logged as needing a restart and kept as they run.
+/// Lease loop with them, `Restart` ones logged as needing a restart and kept as they run,
+/// in the restarted Lease loop too (it is built from the running settings plus the
+/// reloadable changes, never from the new file as read).
 async fn apply(
     live: &mut Settings,
     new: Settings,
@@ -494,6 +496,12 @@ async fn apply(
         ));
     }
     let changed = reload::changed(live, &new);
+    // What runs from now on: the running settings with only the reloadable changes. A
+    // restart-only key (nodeName, certDir, ...) keeps its running value everywhere, the
+    // restarted Lease loop included: a new nodeName must not make the loop renew another
+    // node's Lease with this node's certificate.
+    let mut new = new;
+    reload::keep_restart_only(&mut new, live);
     let lease_changed = changed.iter().any(|(_, p)| *p == Reload::LeaseLoop);
     let lease = if lease_changed {
         applied.push(format!(
@@ -528,8 +536,7 @@ async fn apply(
         applied.join(", ")
     };
     tracing::info!(%applied, "configuration reloaded");
-    // Keep the settings that need a restart as they run, so the warning repeats until then.
-    let kept = std::mem::replace(live, new);
-    reload::keep_restart_only(live, &kept);
+    // The settings that need a restart stay as they run, so the warning repeats until then.
+    *live = new;
     lease
 }

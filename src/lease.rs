@@ -2,7 +2,8 @@
 //! drift-free monotonic schedule whose phase is drawn over the whole interval (so a fleet
 //! never renews in lockstep), one PUT per renewal, owner reference once the Node exists, the
 //! health-probe gate, and standing aside for good once another writer is seen (a writer
-//! that stops is what a dead kubelet looks like). Credentials come in by watch.
+//! that stops is what a dead kubelet looks like), across restarts too: bootlet's renewTimes
+//! carry a mark (`writers::ours`). Credentials come in by watch.
 
 use std::time::{Duration, SystemTime};
 
@@ -35,8 +36,6 @@ const ABANDON_BEFORE_NEXT: Duration = Duration::from_millis(500);
 /// kubelet, registered a few seconds after bootlet started, dying before a third such
 /// conflict was a dead kubelet hidden for good (tests/kube_join.rs).
 const FOREIGN_STREAK: u32 = 1;
-/// Unconfirmed writes remembered between two confirmed ones (a few periods' worth).
-const MAX_UNCONFIRMED: usize = 4 * RETRIES_PER_PERIOD as usize;
 /// The heartbeat name the watchdog reports (health.rs `beat`).
 pub const TASK: &str = "lease";
 /// Slack on top of the sleep before a renewal, for a busy runtime.
@@ -248,7 +247,7 @@ impl LeaseLoop {
                     };
                     tracing::warn!(node = %r.cfg.node, "Lease {NAMESPACE}/{} is renewed by another writer (the kubelet?): two writers hide a dead kubelet, so bootlet stops renewing it and does not resume on its own{resume}; run bootlet with --renew-lease=false when the kubelet renews its own Lease", r.cfg.node);
                     bystander = Some(Bystander::new(Instant::now(), read_every));
-                    health.update(|s| s.lease.paused = Some(OTHER_WRITER.into()));
+                    health.update(|s| s.lease.paused = Some(other_writer(OTHER_WRITER)));
                 }
                 Err(e) => {
                     failed_periods += 1;
@@ -297,8 +296,8 @@ mod probe;
 mod renewer;
 mod writers;
 
-pub use body::{body, due, next_renew_time, next_slot};
-use renewer::{bystander_reads, Renewer, OTHER_WRITER};
+pub use body::{body, due, is_marked, next_renew_time, next_slot};
+use renewer::{bystander_reads, other_writer, Renewer, OTHER_WRITER};
 use writers::Bystander;
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
-use crate::runtime::health::Snapshot;
+use crate::runtime::health::{PauseReason, Snapshot};
 
 pub mod deadline;
 pub mod server;
@@ -73,6 +73,7 @@ pub struct Metrics {
     lease_last_renew: Gauge,
     lease_duration_setting: Gauge,
     lease_protobuf: IntGauge,
+    lease_paused: IntGaugeVec,
     api_requests: IntCounterVec,
 }
 
@@ -177,6 +178,17 @@ impl Metrics {
             .const_label("result", result);
             registered(r, IntCounter::with_opts(opts).expect("valid metric"))
         };
+        let lease_paused = registered(
+            r,
+            IntGaugeVec::new(
+                Opts::new(
+                    "bootlet_lease_paused",
+                    "1 while the Lease loop does not write the Lease, by reason: other_writer (another writer renews it: the kubelet, when it renews its own Lease, wants renewLease: false), other_writer_stopped (that writer stopped and bootlet does not take over: the node goes NotReady), health_probe (--lease-health-probe fails: the node goes NotReady); 0 otherwise.",
+                ),
+                &["reason"],
+            )
+            .expect("valid metric"),
+        );
         let metrics = Self {
             client_ttl: gauge(r, "kubelet_certificate_manager_client_ttl_seconds", "Gauge of the TTL (time-to-live) of the Kubelet's client certificate. The value is in seconds until certificate expiry (negative if already expired). If client certificate is invalid or unused, the value will be +INF."),
             client_renew_errors: counter(r, "kubelet_certificate_manager_client_expiration_renew_errors", "Counter of certificate renewal errors."),
@@ -193,6 +205,7 @@ impl Metrics {
             lease_last_renew: gauge(r, "bootlet_lease_last_renew_timestamp_seconds", "When the Lease was last renewed, in Unix seconds; 0 before the first renewal."),
             lease_duration_setting: gauge(r, "bootlet_lease_duration_seconds", "The Lease's leaseDurationSeconds: the node is NotReady this long after the last renewal."),
             lease_protobuf: registered(r, IntGauge::new("bootlet_lease_protobuf", "1 while the Lease goes on the wire as protobuf, 0 as JSON (the server refused protobuf, or --test-lease-content-type json).").expect("valid metric name")),
+            lease_paused,
             api_requests,
             registry,
             serving_registry,
@@ -300,6 +313,12 @@ impl Metrics {
         self.client_not_after.set(client.map_or(0.0, unix_seconds));
         self.lease_last_renew
             .set(snap.lease.last_renewed.map_or(0.0, unix_seconds));
+        let paused = snap.lease.paused.as_ref().map(|p| p.reason);
+        for reason in PauseReason::ALL {
+            self.lease_paused
+                .with_label_values(&[reason.label()])
+                .set(i64::from(paused == Some(reason)));
+        }
         let mut families = self.registry.gather();
         if !snap.lease.enabled {
             // The kubelet renews the Lease (--renew-lease=false): bootlet's Lease figures

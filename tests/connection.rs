@@ -273,6 +273,48 @@ async fn a_reused_connection_that_dies_unanswered_is_tried_once_more_on_a_fresh_
     }
 }
 
+/// Before: a write on a reused connection that died unanswered went once more on a fresh
+/// one, so a write the server had applied was sent twice (and the replay answered 409).
+/// Now only reads go again: a PUT or POST that died, applied or not, is the caller's
+/// transport error, and nothing more reaches the server.
+#[tokio::test]
+async fn a_write_on_a_reused_connection_that_dies_unanswered_is_never_sent_again() {
+    for http1 in [false, true] {
+        let (tp, mut conn, path) = with_lease("c10").await;
+        if http1 {
+            tp.faults().set_accept_mode(AcceptMode::Http1Only).await;
+            conn.reset();
+        }
+        let current: Lease = conn.get(&path).await.unwrap();
+        let before = seen(&tp, "c10").len();
+
+        // Applied, then the connection reset: one PUT reached the server, no more.
+        tp.faults().apply_then_reset_next(1);
+        let rv = current.metadata.resource_version.clone();
+        let err = conn
+            .replace::<_, Lease>(&path, &lease("c10", rv.clone()))
+            .await
+            .unwrap_err();
+        assert!(err.is_transport(), "HTTP/1.1 only: {http1}: {err}");
+        assert_eq!(seen(&tp, "c10").len(), before + 1, "HTTP/1.1 only: {http1}");
+        let after: Lease = conn.get(&path).await.unwrap();
+        assert_ne!(after.metadata.resource_version, rv, "the PUT was applied");
+
+        // Reset before the server read it: not applied, and not sent again either.
+        let before = seen(&tp, "c10").len();
+        tp.faults().reset_next(1);
+        let rv = after.metadata.resource_version.clone();
+        let err = conn
+            .replace::<_, Lease>(&path, &lease("c10", rv.clone()))
+            .await
+            .unwrap_err();
+        assert!(err.is_transport(), "HTTP/1.1 only: {http1}: {err}");
+        assert_eq!(seen(&tp, "c10").len(), before, "HTTP/1.1 only: {http1}");
+        let unchanged: Lease = conn.get(&path).await.unwrap();
+        assert_eq!(unchanged.metadata.resource_version, rv);
+    }
+}
+
 /// Before: the addresses of the server's name were tried one after another under one 5 s
 /// bound, so a dual-stack server whose first path is black-holed failed every renewal (the
 /// reqwest client, racing them, worked). Now they are raced RFC 8305 style: the black hole

@@ -605,6 +605,53 @@ fn with_two_lease_writers_a_dead_kubelet_still_turns_the_node_not_ready() {
     })
 }
 
+/// Before: standing aside lasted one process. A bootlet restarted after the kubelet died
+/// (an unattended upgrade's try-restart, config management) could not judge its first
+/// write, which succeeded, and the node stayed Ready with no kubelet. Now the restarted
+/// bootlet reads the Lease first, finds the kubelet's renewTime (no mark of bootlet's) and
+/// stands aside from the start: the node still goes NotReady.
+#[test]
+fn a_bootlet_restarted_after_the_kubelet_died_still_lets_the_node_go_not_ready() {
+    block_on(async {
+        let c = cluster().await;
+        let node = "real-restartaside";
+        let (dir, _) = node_dir(c).await;
+        let agent = bootlet(&dir, node, &[]);
+        agent
+            .wait_for_log("ready: client certificate and kubeconfig in place")
+            .await;
+        let kubelet = hollow(c, dir.tmp.path(), node, &dir.kubeconfig, &[]);
+        eventually(REAL_WAIT, "Node Ready", || async {
+            (node_ready(c, node).await.as_deref() == Some("True")).then_some(())
+        })
+        .await;
+        agent
+            .wait_for_log_within("renewed by another writer", 1, REAL_WAIT)
+            .await;
+        kubelet.kill().await;
+        let killed = tokio::time::Instant::now();
+        let (status, log) = agent.terminate().await;
+        assert!(status.success(), "{log}");
+        let agent = bootlet(&dir, node, &[]);
+        eventually(
+            Duration::from_secs(90),
+            "Ready=Unknown after the kubelet died and bootlet restarted",
+            || async { (node_ready(c, node).await.as_deref() == Some("Unknown")).then_some(()) },
+        )
+        .await;
+        let took = killed.elapsed();
+        eprintln!("measured: Ready=Unknown {took:?} after the kubelet was killed");
+        assert!(
+            took <= Duration::from_secs(65),
+            "the dead kubelet was hidden for {took:?}"
+        );
+        let (status, log) = agent.terminate().await;
+        assert!(status.success(), "{log}");
+        assert!(log.contains("before its first write"), "{log}");
+        assert!(!log.contains("takes over"), "{log}");
+    })
+}
+
 /// `serial=...` of a bootlet log line, without the DER integer's leading zero byte (openssl
 /// prints none).
 fn logged_serial(line: &str) -> String {

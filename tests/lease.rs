@@ -382,11 +382,9 @@ impl OtherWriter {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let task = tokio::spawn(async move {
-            let mut last = None;
             while !flag.load(Ordering::Relaxed) {
                 if let Ok(mut lease) = client.get::<Lease>(&path).await {
-                    let t = bootlet::lease::next_renew_time(SystemTime::now(), last);
-                    last = Some(t);
+                    let t = kubelet_renew_time();
                     lease.spec.as_mut().unwrap().renew_time = Some(MicroTime(t));
                     let _ = client.replace::<_, Lease>(&path, &lease).await;
                 }
@@ -400,6 +398,16 @@ impl OtherWriter {
     async fn stop(self) {
         self.stop.store(true, Ordering::Relaxed);
         self.task.await.unwrap();
+    }
+}
+
+/// A renewTime as the kubelet writes it: now at microseconds, never with bootlet's mark.
+fn kubelet_renew_time() -> jiff::Timestamp {
+    let now = jiff::Timestamp::now();
+    let t = jiff::Timestamp::from_microsecond(now.as_microsecond()).unwrap();
+    match bootlet::lease::is_marked(t) {
+        true => t + jiff::SignedDuration::from_micros(1),
+        false => t,
     }
 }
 
@@ -457,6 +465,123 @@ async fn a_second_writer_that_stops_is_never_replaced() {
         .filter(|r| r.user == "system:node:twice" && r.method == "GET" && r.at > warned)
         .count();
     assert!((3..=8).contains(&reads), "{reads} reads in about 5 s");
+}
+
+/// Before: a renewal the server applied and then left unanswered (its connection reset: an
+/// API server killed between the etcd commit and the answer, a VIP failover) was sent once
+/// more on a fresh connection; the replay got 409, the loop forgot the renewTime it had
+/// just sent, re-read the Lease, took its own renewTime for another writer's and stopped
+/// renewing for good. Now a write is never replayed, and every renewTime bootlet wrote is
+/// recognised as its own: the renewals go on.
+#[tokio::test]
+async fn a_renewal_applied_and_left_unanswered_is_taken_for_its_own() {
+    let tp = plane(HOUR).await;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let mut events = tp.events();
+    let agent = Agent::spawn(&args(&node, "unanswered", "200ms", &[]));
+    // Two renewals: the next one goes over a connection that served earlier ones.
+    renewals(&tp, &mut events, "unanswered", 2).await;
+    tp.faults().apply_then_reset_next(1);
+    // The applied write, then renewals after it.
+    let times = renewals(&tp, &mut events, "unanswered", 6).await;
+    assert!(times.windows(2).all(|w| w[0] < w[1]), "{times:?}");
+    let (status, log) = agent.terminate().await;
+    assert!(status.success(), "{log}");
+    assert!(!log.contains("renewed by another writer"), "{log}");
+    let requests = tp.requests();
+    let writes = requests
+        .iter()
+        .filter(|r| r.user == "system:node:unanswered" && r.method == "PUT")
+        .count();
+    assert!(writes >= 7, "{writes} PUTs");
+}
+
+/// Before: standing aside for another writer lasted one process: after a restart
+/// bootlet's first write could not be judged, it succeeded, and a dead kubelet was hidden
+/// again. Now a Lease whose renewTime does not carry bootlet's mark was renewed last by
+/// someone else, and the restarted bootlet stands aside before its first write, while a
+/// restart after its own renewals (marked) goes on renewing.
+#[tokio::test]
+async fn a_restart_does_not_forget_the_other_writer() {
+    let tp = plane(HOUR).await;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let mut events = tp.events();
+    let a = args(&node, "restarted", "200ms", &[]);
+    // A restart after bootlet's own renewals: its predecessor's renewTime is its own.
+    let agent = Agent::spawn(&a);
+    renewals(&tp, &mut events, "restarted", 2).await;
+    agent.terminate().await;
+    let agent = Agent::spawn(&a);
+    renewals(&tp, &mut events, "restarted", 2).await;
+    // Another writer: bootlet stands aside; the writer stops; bootlet is restarted.
+    let writer = OtherWriter::start(&tp, "restarted");
+    agent.wait_for_log("--renew-lease=false").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    writer.stop().await;
+    let (status, log) = agent.terminate().await;
+    assert!(status.success(), "{log}");
+    let stopped = SystemTime::now();
+    let agent = Agent::spawn(&a);
+    let line = agent.wait_for_log("before its first write").await;
+    assert!(line.contains("another writer"), "{line}");
+    // The Lease stays as the other writer left it: the node goes NotReady.
+    let line = agent.wait_for_log("does not take over").await;
+    assert!(line.contains("ERROR"), "{line}");
+    let (status, log) = agent.terminate().await;
+    assert!(status.success(), "{log}");
+    assert_eq!(
+        writes_since(&tp, "restarted", stopped),
+        0,
+        "the restarted bootlet wrote the Lease the other writer renewed last"
+    );
+}
+
+/// Before: a reload that changed a Lease key restarted the Lease loop from the new file,
+/// restart-only keys included: a new `nodeName` made bootlet renew another node's Lease
+/// with the old certificate (403 on every renewal, the real node NotReady) while the log
+/// said nodeName needed a restart. Now the loop is built from the running settings plus the
+/// reloadable keys: the new cadence applies, the node stays the one it runs as.
+#[tokio::test]
+async fn a_reload_restarts_the_lease_loop_without_its_restart_only_keys() {
+    let tp = plane(HOUR).await;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig());
+    let config = node.tmp.path().join("bootlet.yaml");
+    std::fs::write(
+        &config,
+        "nodeName: kept\nleaseRenewInterval: 300ms\nleaseDuration: 2s\n",
+    )
+    .unwrap();
+    // The node name comes from the file alone (no --node-name flag over it).
+    let mut a: Vec<String> = node
+        .args("kept")
+        .into_iter()
+        .filter(|a| a != "--node-name" && a != "kept")
+        .collect();
+    a.extend(["--config".into(), support::path(&config)]);
+    a.push("--test-short-lease-interval".into());
+    let mut events = tp.events();
+    let agent = Agent::spawn(&a);
+    renewals(&tp, &mut events, "kept", 2).await;
+    std::fs::write(
+        &config,
+        "nodeName: other\nleaseRenewInterval: 200ms\nleaseDuration: 2s\n",
+    )
+    .unwrap();
+    support::signal(agent.pid(), "HUP");
+    let line = agent.wait_for_log("configuration reloaded").await;
+    assert!(line.contains("leaseRenewInterval=200ms"), "{line}");
+    let reloaded = SystemTime::now();
+    renewals(&tp, &mut events, "kept", 3).await;
+    let (status, log) = agent.terminate().await;
+    assert!(status.success(), "{log}");
+    assert!(log.contains("only applied after a restart"), "{log}");
+    assert!(
+        tp.requests()
+            .iter()
+            .all(|r| !r.path.contains("/leases/other") && !r.path.ends_with("/nodes/other")),
+        "bootlet touched the Lease of the node in the new file"
+    );
+    assert!(writes_since(&tp, "kept", reloaded) >= 3);
 }
 
 /// With a health probe that answers, a writer that stopped may be replaced, and the

@@ -221,12 +221,16 @@ impl Connection {
                 Ok(answer) => break answer,
                 // A connection that served earlier exchanges failed before any answer: it
                 // closed, or its GOAWAY crossed this request, before its driver saw it.
-                // The request goes once more, at once, on a fresh connection (as Go's
-                // transport does for a reused connection); never a second time. Safe for
-                // what goes on this connection: reads, and writes that a replay of an
-                // applied one turns into a 409 (a PUT's resourceVersion, a POST's name),
-                // which the Lease loop reads as its own renewal.
-                Err(e) if !fresh => {
+                // A read goes once more, at once, on a fresh connection (as Go's transport
+                // does for a reused connection); never a second time. A write never does:
+                // the server may have applied it before the connection died (an API server
+                // killed between the etcd commit and the answer, a VIP failover, a
+                // middlebox RST), and its replay would be answered 409 (a PUT's stale
+                // resourceVersion, a POST's name) for a write that succeeded. Go's
+                // transport never replays a PUT or POST either. The caller gets the
+                // transport error and decides (the Lease loop re-reads at its next slot
+                // and recognises its own renewTime, `lease/writers.rs`).
+                Err(e) if !fresh && idempotent(method) => {
                     tracing::debug!(error = %e, "{method} {path}: the reused connection failed before answering; once more on a fresh one");
                     sender = self.connect(target, method, path).await?;
                     fresh = true;
@@ -307,6 +311,12 @@ impl Connection {
         };
         builder.body(body)
     }
+}
+
+/// Whether a request may go once more after its connection died unanswered: only one
+/// that changes nothing (RFC 9110's safe methods, as Go's transport decides).
+fn idempotent(method: &Method) -> bool {
+    matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
 }
 
 /// TCP (the addresses raced, with kernel keepalive and `TCP_USER_TIMEOUT`), TLS with the

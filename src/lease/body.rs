@@ -42,21 +42,48 @@ pub fn body(
     lease
 }
 
-/// The next renewTime: now at microsecond precision, but always after `last` so that
-/// renewals stay strictly increasing when the wall clock steps back (pure).
+/// The sub-millisecond part (in microseconds, of 0..1000) of every renewTime bootlet
+/// writes: its mark, by which a renewTime bootlet wrote is recognised as its own even when
+/// this process did not write it (a process before a restart) or wrote it long ago (a Lease
+/// an etcd restore took back in time). The kubelet's renewTimes are its clock at
+/// microseconds, so one in a thousand carries it by chance ([`super::writers::ours`] says
+/// what that costs). Not 0: a writer with millisecond (or second) precision writes 0 there.
+pub const MARK_MICROS: i64 = 271;
+
+/// Whether `t` carries bootlet's mark ([`MARK_MICROS`]) (pure).
+pub fn is_marked(t: jiff::Timestamp) -> bool {
+    t.as_microsecond().rem_euclid(1000) == MARK_MICROS
+}
+
+/// The next renewTime: now, within the millisecond, carrying bootlet's mark
+/// ([`MARK_MICROS`]), and always after `last` so that renewals stay strictly increasing
+/// when the wall clock steps back (pure).
 pub fn next_renew_time(now: SystemTime, last: Option<jiff::Timestamp>) -> jiff::Timestamp {
     let now = jiff::Timestamp::try_from(now).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
-    let now = now
-        .round(
-            jiff::TimestampRound::new()
-                .smallest(jiff::Unit::Microsecond)
-                .mode(jiff::RoundMode::Trunc),
-        )
-        .unwrap_or(now);
+    let now = marked(now);
     match last {
-        Some(last) if now <= last => last + jiff::SignedDuration::from_micros(1),
+        Some(last) if now <= last => {
+            let next = marked(last);
+            if next <= last {
+                next + jiff::SignedDuration::from_millis(1)
+            } else {
+                next
+            }
+        }
         _ => now,
     }
+}
+
+/// `t` truncated to its millisecond, with the mark as its microseconds (pure).
+fn marked(t: jiff::Timestamp) -> jiff::Timestamp {
+    let ms = t
+        .round(
+            jiff::TimestampRound::new()
+                .smallest(jiff::Unit::Millisecond)
+                .mode(jiff::RoundMode::Floor),
+        )
+        .unwrap_or(t);
+    ms + jiff::SignedDuration::from_micros(MARK_MICROS)
 }
 
 /// When renewal `n` is due (pure). Renewal 0 is at `start`, at once (a node that just got

@@ -12,20 +12,27 @@ use tokio::time::Instant;
 use super::body::{body, next_renew_time};
 use super::owner::Owner;
 use super::probe::probe;
-use super::writers::{Bystander, Verdict};
+use super::writers::{ours, Bystander, Verdict};
 use super::{
-    quick_retry_wait, retry_in_period, LeaseLoop, RenewError, FOREIGN_STREAK, MAX_UNCONFIRMED,
-    NAMESPACE, RETRIES_PER_PERIOD,
+    quick_retry_wait, retry_in_period, LeaseLoop, RenewError, FOREIGN_STREAK, NAMESPACE,
+    RETRIES_PER_PERIOD,
 };
-use crate::api;
 use crate::api::conn::Connection;
 use crate::runtime::backoff::Backoff;
-use crate::runtime::health::Health;
+use crate::runtime::health::{Health, PauseReason, Paused};
 use crate::runtime::report;
 
 /// Why the loop does not write while another writer renews the Lease (`STATUS=`).
 pub(super) const OTHER_WRITER: &str =
     "another writer renews the Lease; bootlet stopped renewing it (use --renew-lease=false)";
+
+/// Paused for another writer, saying `why`.
+pub(super) fn other_writer(why: &str) -> Paused {
+    Paused {
+        reason: PauseReason::OtherWriter,
+        why: why.to_string(),
+    }
+}
 
 /// How often the Lease is read once another writer renews it: every half lease duration,
 /// never more often than the renewal interval (pure).
@@ -37,13 +44,16 @@ pub(super) fn bystander_reads(interval: Duration, duration: Duration) -> Duratio
 pub(super) struct Renewer {
     pub(super) cfg: LeaseLoop,
     cached: Option<Lease>,
-    last_renew: Option<jiff::Timestamp>,
+    /// The newest renewTime this process sent, answered or not (an exchange abandoned, cut
+    /// or answered with garbage may still have been applied): every renewTime bootlet
+    /// writes is after it, and a marked one found in the Lease that is not newer is ours
+    /// ([`ours`]).
+    sent: Option<jiff::Timestamp>,
+    /// Whether the Lease found before this process's first write was judged: one another
+    /// writer renewed last (no mark) makes bootlet stand aside before it writes at all.
+    judged_first: bool,
     owner: Owner,
     foreign: u32,
-    /// renewTimes of writes the server may have applied without our seeing its answer (an
-    /// exchange abandoned, cut, or answered with garbage), since the last confirmed one:
-    /// finding one of them in the Lease is our own write, not another writer's.
-    unconfirmed: Vec<jiff::Timestamp>,
 }
 
 // === impl Renewer ===
@@ -54,9 +64,9 @@ impl Renewer {
             owner: Owner::new(&cfg.node, cfg.owner_lookup, Instant::now()),
             cfg,
             cached: None,
-            last_renew: None,
+            sent: None,
+            judged_first: false,
             foreign: 0,
-            unconfirmed: Vec::new(),
         }
     }
 
@@ -116,7 +126,7 @@ impl Renewer {
             Verdict::Renewing => false,
             Verdict::Resumed => {
                 tracing::info!(%node, "lease: the other writer renews the Lease again");
-                health.update(|s| s.lease.paused = Some(OTHER_WRITER.into()));
+                health.update(|s| s.lease.paused = Some(other_writer(OTHER_WRITER)));
                 false
             }
             Verdict::Stopped { idle, first } => match &self.cfg.probe {
@@ -127,12 +137,12 @@ impl Renewer {
                 }
                 None => {
                     if first {
-                        tracing::error!(%node, idle = ?idle, "lease: the other writer has not renewed Lease {NAMESPACE}/{node} for {idle:?}; bootlet does not take over, since a writer that stops is what a dead kubelet looks like: the node controller will mark this node NotReady (set --lease-health-probe to let bootlet take over while the node agent answers, or restart bootlet to make it the writer again)");
+                        tracing::error!(%node, idle = ?idle, "lease: the other writer has not renewed Lease {NAMESPACE}/{node} for {idle:?}; bootlet does not take over, since a writer that stops is what a dead kubelet looks like: the node controller will mark this node NotReady (set --lease-health-probe to let bootlet take over while the node agent answers, or delete the Lease (kubectl -n kube-node-lease delete lease {node}) and restart bootlet to make it the writer again)");
                         health.update(|s| {
-                            s.lease.paused = Some(
-                                "the other Lease writer stopped; bootlet does not take over (the node goes NotReady)"
-                                    .into(),
-                            )
+                            s.lease.paused = Some(Paused {
+                                reason: PauseReason::OtherWriterStopped,
+                                why: "the other Lease writer stopped; bootlet does not take over (the node goes NotReady)".into(),
+                            })
                         });
                     }
                     false
@@ -164,7 +174,12 @@ impl Renewer {
             *last = Some(ok);
         }
         if !ok {
-            health.update(|s| s.lease.paused = Some(format!("health probe {url} fails")));
+            health.update(|s| {
+                s.lease.paused = Some(Paused {
+                    reason: PauseReason::HealthProbe,
+                    why: format!("health probe {url} fails"),
+                })
+            });
         }
         ok
     }
@@ -218,9 +233,20 @@ impl Renewer {
             match conn.get_lease(&path).await {
                 Ok(lease) => {
                     self.observe_owner(&lease);
+                    let first = !std::mem::replace(&mut self.judged_first, true);
+                    let by_another = first && self.renewed_by_someone_else(&lease);
                     self.cached = Some(lease);
+                    if by_another {
+                        // A restart does not forget the other writer: its renewTime has no
+                        // mark of ours, so someone else renewed the Lease last (the
+                        // kubelet, before or after it stopped), and writing now would hide it.
+                        tracing::info!(node = %node, "lease: before its first write bootlet found the Lease last renewed by another writer (a renewTime without bootlet's mark)");
+                        return Err(RenewError::OtherWriter {
+                            node: self.cfg.node.clone(),
+                        });
+                    }
                 }
-                Err(e) if e.is_not_found() => {}
+                Err(e) if e.is_not_found() => self.judged_first = true,
                 Err(e) => return Err(api(e)),
             }
         }
@@ -229,7 +255,7 @@ impl Renewer {
         // first PUT conflict and every second one succeed: still a write war).
         let mut saw_foreign = false;
         for _ in 0..2 {
-            let renew = next_renew_time(SystemTime::now(), self.last_renew);
+            let renew = next_renew_time(SystemTime::now(), self.sent);
             let want = body(
                 self.cached.as_ref(),
                 &self.cfg.node,
@@ -237,12 +263,9 @@ impl Renewer {
                 renew,
                 self.owner.belief(),
             );
-            // Unconfirmed until the server answers: an exchange that is abandoned, cut or
+            // Ours from now on, answered or not: an exchange that is abandoned, cut or
             // answered with garbage may still have been applied.
-            if self.unconfirmed.len() >= MAX_UNCONFIRMED {
-                self.unconfirmed.remove(0);
-            }
-            self.unconfirmed.push(renew);
+            self.sent = Some(renew);
             let result = match &self.cached {
                 Some(_) => conn.replace_lease(&path, &want).await,
                 None => {
@@ -251,17 +274,10 @@ impl Renewer {
                     conn.create_lease(&list, &want).await
                 }
             };
-            let refused = result.as_ref().err().and_then(api::Error::code);
-            if refused.is_some_and(|c| (400..500).contains(&c)) {
-                // A 4xx (a stale version, no Lease, throttled) was not applied.
-                self.unconfirmed.pop();
-            }
             match result {
                 Ok(written) => {
                     self.observe_owner(&written);
                     self.cached = Some(written);
-                    self.last_renew = Some(renew);
-                    self.unconfirmed.clear();
                     if !saw_foreign {
                         self.foreign = 0;
                     }
@@ -308,15 +324,14 @@ impl Renewer {
         })
     }
 
-    /// The Lease moved since our last write and not by our hand.
+    /// The Lease's renewTime is not one bootlet wrote ([`ours`]): someone else renewed it.
+    /// A Lease without a renewTime was renewed by no one.
     fn renewed_by_someone_else(&self, current: &Lease) -> bool {
-        let theirs = current
+        current
             .spec
             .as_ref()
             .and_then(|s| s.renew_time.as_ref())
-            .map(|t| t.0);
-        matches!((theirs, self.last_renew), (Some(theirs), Some(ours))
-            if theirs != ours && !self.unconfirmed.contains(&theirs))
+            .is_some_and(|t| !ours(t.0, self.sent))
     }
 
     /// Look the Node up now and then (at most every `owner_lookup`, never on every

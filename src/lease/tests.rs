@@ -61,6 +61,11 @@ fn renew_time_is_strictly_increasing_even_when_the_clock_steps_back() {
     assert!(c > b);
     // Microsecond precision: MicroTime drops anything finer.
     assert_eq!(a.subsec_nanosecond() % 1000, 0);
+    // Every one carries the mark, the bumped ones too, within a millisecond of now.
+    assert!([a, b, c].iter().all(|t| is_marked(*t)), "{a} {b} {c}");
+    let now = jiff::Timestamp::try_from(t0).unwrap();
+    assert!(a.duration_since(now).abs() < jiff::SignedDuration::from_millis(1));
+    assert_eq!(c, b + jiff::SignedDuration::from_millis(1));
 }
 
 #[tokio::test(start_paused = true)]

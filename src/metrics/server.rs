@@ -258,10 +258,10 @@ fn lease_line(snap: &Snapshot, now: SystemTime, duration: Duration) -> String {
     if !lease.enabled {
         return "[+]lease ok: renewed by the kubelet (--renew-lease=false)".into();
     }
-    if let Some(why) = &lease.paused {
+    if let Some(p) = &lease.paused {
         return format!(
             "[-]lease paused: {} {NOTE}",
-            crate::runtime::text::one_line(why)
+            crate::runtime::text::one_line(&p.why)
         );
     }
     match lease.last_renewed {

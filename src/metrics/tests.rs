@@ -4,7 +4,7 @@ use http::StatusCode;
 
 use super::server::readiness;
 use super::*;
-use crate::runtime::health::{CertSummary, Health, LeaseState, State};
+use crate::runtime::health::{CertSummary, Health, LeaseState, PauseReason, Paused, State};
 
 fn snapshot(cert: Option<SystemTime>, last_renewed: Option<SystemTime>) -> Snapshot {
     let mut snap = Health::new(true).snapshot();
@@ -67,6 +67,7 @@ fn the_exposition_carries_the_kubelet_names_with_their_types() {
         ("bootlet_lease_last_renew_timestamp_seconds", "gauge"),
         ("bootlet_lease_duration_seconds", "gauge"),
         ("bootlet_lease_protobuf", "gauge"),
+        ("bootlet_lease_paused", "gauge"),
         ("bootlet_build_info", "gauge"),
         ("process_resident_memory_bytes", "gauge"),
         ("process_cpu_seconds_total", "counter"),
@@ -105,6 +106,41 @@ fn the_exposition_carries_the_kubelet_names_with_their_types() {
             && !text.contains("profile=\"serving\""),
         "no serving families unless bootlet obtains the serving certificate"
     );
+}
+
+/// Before: while bootlet stood aside for a healthy kubelet the last-renewal gauge froze
+/// and nothing said why (the critical Lease alert paged on a Ready node). Now the reason
+/// the Lease is not written is a gauge per reason, every reason always present.
+#[test]
+fn why_the_lease_is_not_written_is_a_gauge_per_reason() {
+    let m = Metrics::new();
+    let now = SystemTime::now();
+    let mut snap = snapshot(None, Some(now));
+    let paused = |text: &str, reason: &str| {
+        sample(
+            text,
+            &format!(r#"bootlet_lease_paused{{reason="{reason}"}}"#),
+        )
+    };
+    let text = String::from_utf8(m.render(&snap, now, false)).unwrap();
+    for reason in ["other_writer", "other_writer_stopped", "health_probe"] {
+        assert_eq!(paused(&text, reason).as_deref(), Some("0"), "{text}");
+    }
+    for (reason, label) in [
+        (PauseReason::OtherWriter, "other_writer"),
+        (PauseReason::OtherWriterStopped, "other_writer_stopped"),
+        (PauseReason::HealthProbe, "health_probe"),
+    ] {
+        snap.lease.paused = Some(Paused {
+            reason,
+            why: "why".into(),
+        });
+        let text = String::from_utf8(m.render(&snap, now, false)).unwrap();
+        for other in ["other_writer", "other_writer_stopped", "health_probe"] {
+            let want = if other == label { "1" } else { "0" };
+            assert_eq!(paused(&text, other).as_deref(), Some(want), "{text}");
+        }
+    }
 }
 
 #[test]

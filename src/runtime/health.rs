@@ -36,11 +36,51 @@ pub struct LeaseState {
     /// Set while renewals fail; cleared by the next success.
     pub failing_since: Option<SystemTime>,
     /// Why the loop does not write (health probe down, another writer).
-    pub paused: Option<String>,
+    pub paused: Option<Paused>,
     /// The Lease goes on the wire as JSON, not protobuf: the API server refused protobuf
     /// (406/415), or `--test-lease-content-type json`. Kept for the life of the process, so
     /// a Lease loop restarted by a reload does not ask a refusing server again.
     pub json: bool,
+}
+
+/// Why the Lease loop does not write the Lease: what `STATUS=` and `/readyz?verbose` say
+/// (`why`) and the `reason` label of `bootlet_lease_paused`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Paused {
+    pub reason: PauseReason,
+    pub why: String,
+}
+
+/// The kinds of [`Paused`], each a value of the metric's `reason` label.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PauseReason {
+    /// Another writer renews the Lease (or renewed it last, before this process's first
+    /// write): bootlet stands aside, the node is Ready on the other writer's renewals.
+    OtherWriter,
+    /// The other writer stopped renewing and bootlet does not take over (no health probe):
+    /// the node goes NotReady.
+    OtherWriterStopped,
+    /// `--lease-health-probe` fails: the node agent is down, the node goes NotReady.
+    HealthProbe,
+}
+
+// === impl PauseReason ===
+
+impl PauseReason {
+    pub const ALL: [PauseReason; 3] = [
+        PauseReason::OtherWriter,
+        PauseReason::OtherWriterStopped,
+        PauseReason::HealthProbe,
+    ];
+
+    /// The `reason` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            PauseReason::OtherWriter => "other_writer",
+            PauseReason::OtherWriterStopped => "other_writer_stopped",
+            PauseReason::HealthProbe => "health_probe",
+        }
+    }
 }
 
 /// Everything `STATUS=` and readiness are derived from.
@@ -122,7 +162,7 @@ impl Snapshot {
             self.lease.failing_since,
             self.lease.last_renewed,
         ) {
-            (Some(why), _, _) => line.push_str(&format!("; lease not renewed: {why}")),
+            (Some(p), _, _) => line.push_str(&format!("; lease not renewed: {}", p.why)),
             (None, Some(since), _) => {
                 line.push_str(&format!("; lease renewal failing for {}", ago(now, since)))
             }

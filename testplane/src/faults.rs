@@ -1,5 +1,5 @@
 //! Scripted faults (outage, 500s and 429s once or persistent, delay, skewed Date, one-off
-//! Lease conflict, dropped or reset watches, a listener that accepts and never answers or
+//! Lease conflict, writes applied and then left unanswered, dropped or reset watches, a listener that accepts and never answers or
 //! stalls the TLS handshake, rewritten answers, token expiry/deletion), driven from Rust
 //! (`Faults`) or from the admin-only `POST /testplane/faults` (`FaultRequest`). Also the
 //! bootstrap-token Secret helpers (`tokens`). The rewriting of answers is `answers`'.
@@ -65,6 +65,8 @@ struct Inner {
     refuse_protobuf: bool,
     /// The next this many API requests reset their connection unanswered and unapplied.
     reset_next: u32,
+    /// The next this many API writes are applied, then reset their connection unanswered.
+    apply_then_reset_next: u32,
 }
 
 /// The live fault switches, read by every request.
@@ -128,6 +130,18 @@ impl FaultState {
         hit
     }
 
+    /// Consume one scripted "applied, then reset unanswered", if any is pending and
+    /// `method` writes (POST, PUT, PATCH, DELETE).
+    pub fn take_apply_then_reset(&self, method: &str) -> bool {
+        if !matches!(method, "POST" | "PUT" | "PATCH" | "DELETE") {
+            return false;
+        }
+        let mut g = self.lock();
+        let hit = g.apply_then_reset_next > 0;
+        g.apply_then_reset_next = g.apply_then_reset_next.saturating_sub(1);
+        hit
+    }
+
     pub fn reset_watches_after(&self) -> Option<Duration> {
         self.lock().reset_watches_after
     }
@@ -171,7 +185,7 @@ impl FaultState {
 
 /// Fault switches, as one JSON object for `POST /testplane/faults` (all fields optional,
 /// camelCase): `{"outageSeconds": 2}`, `{"failNext": 3, "failStatus": 500}`,
-/// `{"resetNext": 1}`, `{"goAway": true}`, `{"failAlways": 503}` (`0` turns it off),
+/// `{"resetNext": 1}`, `{"applyThenResetNext": 1}`, `{"goAway": true}`, `{"failAlways": 503}` (`0` turns it off),
 /// `{"throttleNext": 2, "retryAfterSeconds": 1}`,
 /// `{"throttleAlways": true, "retryAfterSeconds": 5}`, `{"delayMs": 200}`,
 /// `{"skewDateSeconds": 3600}`, `{"leaseConflictOnce": true}`, `{"refuseProtobuf": true}`, `{"watchDropAfter": 1}`,
@@ -186,6 +200,7 @@ pub struct FaultRequest {
     pub outage_seconds: Option<f64>,
     pub fail_next: Option<u32>,
     pub reset_next: Option<u32>,
+    pub apply_then_reset_next: Option<u32>,
     pub go_away: Option<bool>,
     pub fail_status: Option<u16>,
     pub fail_always: Option<u16>,
@@ -273,6 +288,14 @@ impl Faults {
     /// is on its way. Not in the request log.
     pub fn reset_next(&self, n: u32) {
         self.with(|i| i.reset_next = n);
+    }
+
+    /// The next `n` API writes (POST, PUT, PATCH, DELETE) are applied as usual (stored,
+    /// logged, their events sent) and then reset their connection (TCP RST) instead of
+    /// answering: an API server killed between the etcd commit and the answer, a VIP
+    /// failover or a middlebox RST. Reads pass untouched.
+    pub fn apply_then_reset_next(&self, n: u32) {
+        self.with(|i| i.apply_then_reset_next = n);
     }
 
     /// The next `n` requests get `status` (e.g. 500) with an InternalError Status.
@@ -393,6 +416,9 @@ impl Faults {
         if let Some(n) = r.reset_next {
             self.reset_next(n);
         }
+        if let Some(n) = r.apply_then_reset_next {
+            self.apply_then_reset_next(n);
+        }
         if r.go_away == Some(true) {
             // Answer the request first: the GOAWAY closes this connection too.
             let me = self.clone();
@@ -468,7 +494,7 @@ mod tests {
         let r: FaultRequest = serde_json::from_str(
             r#"{"failAlways": 503, "throttleAlways": true, "retryAfterSeconds": 5,
                 "closeWatches": true, "resetWatchesAfterMs": 100, "acceptMode": "http1Only",
-                "resetNext": 2, "goAway": true}"#,
+                "resetNext": 2, "applyThenResetNext": 1, "goAway": true}"#,
         )
         .unwrap();
         assert_eq!(r.fail_always, Some(503));
@@ -476,7 +502,18 @@ mod tests {
         assert_eq!(r.accept_mode, Some(AcceptMode::Http1Only));
         assert_eq!(r.reset_watches_after_ms, Some(100));
         assert_eq!((r.reset_next, r.go_away), (Some(2), Some(true)));
+        assert_eq!(r.apply_then_reset_next, Some(1));
         assert!(serde_json::from_str::<FaultRequest>(r#"{"acceptMode": "hang"}"#).is_err());
+    }
+
+    #[test]
+    fn apply_then_reset_takes_writes_only_and_counts_down() {
+        let state = FaultState::default();
+        state.lock().apply_then_reset_next = 2;
+        assert!(!state.take_apply_then_reset("GET"));
+        assert!(state.take_apply_then_reset("PUT"));
+        assert!(state.take_apply_then_reset("POST"));
+        assert!(!state.take_apply_then_reset("PUT"));
     }
 
     #[test]

@@ -269,8 +269,8 @@ async fn serve_conn(
 }
 
 /// A scripted reset (the connection dies unanswered), else `api::handle`, then the answer
-/// faults: a watch's connection reset after a while, a rewritten body. The admin path is
-/// never touched.
+/// faults: a write applied and its connection reset unanswered, a watch's connection reset
+/// after a while, a rewritten body. The admin path is never touched.
 async fn respond(
     shared: Arc<Shared>,
     info: ConnInfo,
@@ -298,6 +298,11 @@ async fn respond(
     let resp = crate::api::handle(shared.clone(), info, req).await?;
     if admin {
         return Ok(resp);
+    }
+    if shared.faults.take_apply_then_reset(&method) {
+        // Applied, and the answer never leaves: the connection goes with an RST.
+        reset.trigger(false);
+        std::future::pending::<()>().await;
     }
     if let Some(after) = shared.faults.reset_watches_after().filter(|_| watch) {
         tokio::spawn(async move {
