@@ -12,7 +12,9 @@
 mod support;
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
+
+use base64::Engine;
 
 use support::kube::{
     block_on, bootlet, bootstrap_user, csrs_of, eventually, get_json, kubectl, kubectl_as, lease,
@@ -21,6 +23,7 @@ use support::kube::{
 use support::{path, NodeDir};
 use testplane::kube::procs::{free_port, Proc};
 use testplane::kube::{Cluster, ComponentPorts, Kubeadm};
+use testplane::pki::{Ca, LeafSpec};
 
 async fn cluster() -> &'static Cluster {
     support::kube::cluster("kubeadm", |o| {
@@ -190,6 +193,18 @@ fn kubeadm_prepares_the_cluster_and_prints_a_join_command() {
         .await;
         assert_eq!(secret["data"]["usage-bootstrap-signing"], "dHJ1ZQ==");
         assert_eq!(secret["data"]["usage-bootstrap-authentication"], "dHJ1ZQ==");
+        let expiration = secret["data"]["expiration"].as_str().unwrap();
+        let out = String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(expiration)
+                .unwrap(),
+        )
+        .unwrap();
+        let expires: jiff::Timestamp = out.trim().parse().unwrap();
+        let left = (expires - jiff::Timestamp::now())
+            .total(jiff::Unit::Second)
+            .unwrap();
+        assert!((3000.0..=3600.0).contains(&left), "the TTL given: {out}");
 
         // kube-scheduler runs and serves; kube-controller-manager runs kubeadm's controllers.
         let port = c.component_port("kube-scheduler").await.expect("a port");
@@ -355,6 +370,99 @@ fn without_bootlet_the_kubelet_bootstraps_itself() {
             conf.contains(&path(&dir.current())),
             "kubelet.conf names the cert store: {conf}"
         );
+        k.stop().await;
+    })
+}
+
+/// A client certificate for `node` signed by the cluster CA, valid from a minute back to
+/// `ahead` forward, written atomically as the kubelet's cert store writes it (cert, key).
+fn node_cert(c: &Cluster, node: &str, pem: &Path, ahead: Duration) -> SystemTime {
+    let ca = Ca::load_or_create(c.state_dir()).unwrap();
+    let now = SystemTime::now();
+    let not_after = now + ahead;
+    let spec = LeafSpec::client(
+        &format!("system:node:{node}"),
+        vec!["system:nodes".into()],
+        now - Duration::from_secs(60),
+        not_after,
+    );
+    let (cert, key) = ca.issue_with_new_key(&spec).unwrap();
+    let tmp = pem.with_extension("tmp");
+    std::fs::write(&tmp, format!("{cert}{key}")).unwrap();
+    std::fs::rename(&tmp, pem).unwrap();
+    not_after
+}
+
+/// The Lease's renewTime.
+async fn renewed(c: &Cluster, node: &str) -> Option<jiff::Timestamp> {
+    lease(c, node).await?["spec"]["renewTime"]
+        .as_str()?
+        .parse()
+        .ok()
+}
+
+#[test]
+fn the_kubelet_follows_a_rotated_client_certificate() {
+    block_on(async {
+        let c = cluster().await;
+        let node = "kubeadm-rotated";
+        let tmp = tempfile::tempdir().unwrap();
+        let pki = tmp.path().join("pki");
+        std::fs::create_dir_all(&pki).unwrap();
+        let pem = pki.join("kubelet-client-current.pem");
+        // kubelet.conf as the kubelet's TLS bootstrap writes it: the pair by file name.
+        let conf = tmp.path().join("kubelet.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: default-cluster\n  cluster:\n    \
+                 server: {}\n    certificate-authority: {}\nusers:\n- name: default-auth\n  \
+                 user:\n    client-certificate: {pem}\n    client-key: {pem}\ncontexts:\n\
+                 - name: default-context\n  context:\n    cluster: default-cluster\n    \
+                 user: default-auth\ncurrent-context: default-context\n",
+                c.url(),
+                path(&c.files().ca_crt),
+                pem = path(&pem),
+            ),
+        )
+        .unwrap();
+        let first = node_cert(c, node, &pem, Duration::from_secs(45));
+        let (healthz_port, port) = (free_port().unwrap(), free_port().unwrap());
+        let config = config_yaml(c, tmp.path(), healthz_port, port).await;
+        let k = kubelet(
+            c,
+            tmp.path(),
+            vec![
+                format!("--kubeconfig={}", path(&conf)),
+                "--rotate-certificates=false".into(),
+                format!("--config={}", path(&config)),
+                format!("--hostname-override={node}"),
+                format!("--root-dir={}", path(&tmp.path().join("kubelet"))),
+                format!("--cert-dir={}", path(&pki)),
+                "--node-ip=127.0.0.1".into(),
+            ],
+        );
+        eventually(REAL_WAIT, "the kubelet's Node Ready and Lease", || async {
+            (node_ready(c, node).await.as_deref() == Some("True")
+                && renewed(c, node).await.is_some())
+            .then_some(())
+        })
+        .await;
+        // Rotated (as bootlet does: a new pair renamed into place); the first then expires.
+        node_cert(c, node, &pem, Duration::from_secs(3600));
+        let expired = jiff::Timestamp::try_from(first).unwrap();
+        let wait = first.duration_since(SystemTime::now()).unwrap_or_default();
+        tokio::time::sleep(wait).await;
+        // Renewals after the first certificate's end: the kubelet uses the new one (open
+        // connections re-read the files every 10 s here).
+        let after = expired + jiff::SignedDuration::from_secs(11);
+        eventually(
+            REAL_WAIT,
+            "a Lease renewal on the new certificate",
+            || async { renewed(c, node).await.filter(|t| *t > after) },
+        )
+        .await;
+        assert_eq!(node_ready(c, node).await.as_deref(), Some("True"));
         k.stop().await;
     })
 }

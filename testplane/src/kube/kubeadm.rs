@@ -167,19 +167,37 @@ impl Cluster {
     /// (kubeadm's usages and group), returned once it authenticates and the bootstrapsigner
     /// has signed cluster-info for it: ready for `kubeadm join`.
     pub async fn join_command(&self, ttl: Duration) -> Result<JoinCommand, KubeError> {
-        let admin = self.admin_kubeconfig();
-        let ttl = format!("{}s", ttl.as_secs().max(1));
+        // The TTL goes in a config file rather than --ttl: without --config kubeadm picks
+        // an advertise address from the default route, which a sandbox may lack.
+        let kubelet = self
+            .opts
+            .kubeadm
+            .as_ref()
+            .map(|k| k.kubelet_config.clone())
+            .unwrap_or_else(|| KUBELET_CONFIG.to_string());
+        let (nonce, _) = crate::faults::random_token();
+        let config = self
+            .opts
+            .state_dir
+            .join(format!("kubeadm-token-{nonce}.yaml"));
+        let io = |source| KubeError::Io {
+            path: config.display().to_string(),
+            source,
+        };
+        std::fs::write(&config, self.init_config(None, ttl, &kubelet)).map_err(io)?;
         let out = self
             .kubeadm_ok(&[
                 "token",
                 "create",
                 "--print-join-command",
-                "--ttl",
-                &ttl,
+                "--config",
+                &config.display().to_string(),
                 "--kubeconfig",
-                &admin.display().to_string(),
+                &self.admin_kubeconfig().display().to_string(),
             ])
-            .await?;
+            .await;
+        let _ = std::fs::remove_file(&config);
+        let out = out?;
         let line = out
             .lines()
             .find(|l| l.contains("kubeadm join"))
@@ -211,41 +229,7 @@ impl Cluster {
             return Ok(());
         };
         let config = self.kubeadm_config();
-        let yaml = format!(
-            "apiVersion: kubeadm.k8s.io/v1beta4
-kind: InitConfiguration
-bootstrapTokens:
-- token: \"{token}\"
-  description: \"bootlet-testplane: the cluster's first token\"
-  ttl: \"{ttl}s\"
-  usages: [signing, authentication]
-  groups: [\"{group}\"]
-localAPIEndpoint:
-  advertiseAddress: \"{LOCAL_API_ADDRESS}\"
-  bindPort: {port}
-nodeRegistration:
-  name: kubeadm-control-plane
-  criSocket: unix:///var/run/containerd/containerd.sock
-  taints: []
----
-apiVersion: kubeadm.k8s.io/v1beta4
-kind: ClusterConfiguration
-clusterName: kubernetes
-kubernetesVersion: \"{release}\"
-controlPlaneEndpoint: \"{addr}\"
-networking:
-  serviceSubnet: 10.96.0.0/12
-  dnsDomain: cluster.local
----
-{kubelet}",
-            token = self.token,
-            ttl = TOKEN_TTL.as_secs(),
-            group = DEFAULT_TOKEN_GROUP,
-            port = self.addr.port(),
-            release = self.release,
-            addr = self.addr,
-            kubelet = k.kubelet_config,
-        );
+        let yaml = self.init_config(Some(&self.token), TOKEN_TTL, &k.kubelet_config);
         std::fs::write(&config, yaml).map_err(|source| KubeError::Io {
             path: config.display().to_string(),
             source,
@@ -277,6 +261,47 @@ networking:
             }
         }
         Ok(())
+    }
+
+    /// kubeadm's config: an InitConfiguration with one bootstrap token (`token`, or one
+    /// kubeadm generates, valid for `ttl`, kubeadm's usages and group), the
+    /// ClusterConfiguration, and the KubeletConfiguration document `kubelet`.
+    fn init_config(&self, token: Option<&str>, ttl: Duration, kubelet: &str) -> String {
+        let token = token
+            .map(|t| format!("  token: \"{t}\"\n"))
+            .unwrap_or_default();
+        format!(
+            "apiVersion: kubeadm.k8s.io/v1beta4
+kind: InitConfiguration
+bootstrapTokens:
+- description: \"bootlet-testplane\"
+{token}  ttl: \"{ttl}s\"
+  usages: [signing, authentication]
+  groups: [\"{group}\"]
+localAPIEndpoint:
+  advertiseAddress: \"{LOCAL_API_ADDRESS}\"
+  bindPort: {port}
+nodeRegistration:
+  name: kubeadm-control-plane
+  criSocket: unix:///var/run/containerd/containerd.sock
+  taints: []
+---
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: ClusterConfiguration
+clusterName: kubernetes
+kubernetesVersion: \"{release}\"
+controlPlaneEndpoint: \"{addr}\"
+networking:
+  serviceSubnet: 10.96.0.0/12
+  dnsDomain: cluster.local
+---
+{kubelet}",
+            ttl = ttl.as_secs().max(1),
+            group = DEFAULT_TOKEN_GROUP,
+            port = self.addr.port(),
+            release = self.release,
+            addr = self.addr,
+        )
     }
 
     /// kubeadm's kube-controller-manager flags over the launcher's: its controller set, and
