@@ -242,30 +242,36 @@ fn the_kubelet_answers_its_version_and_fails_without_credentials() {
             "{out:?}"
         );
 
-        // No kubelet.conf and no bootstrap kubeconfig: the kubelet's own error, exit 1.
-        let (dir, _) = node_dir(c).await;
-        let config = config_yaml(
-            c,
-            dir.tmp.path(),
-            free_port().unwrap(),
-            free_port().unwrap(),
-        )
-        .await;
-        let mut args = vec![
-            format!("--kubeconfig={}", path(&dir.kubeconfig)),
-            format!("--config={}", path(&config)),
-            "--hostname-override=kubeadm-nocreds".into(),
-        ];
-        args.extend(node_flags(&dir));
-        let mut p = kubelet(c, dir.tmp.path(), args);
-        let status = eventually(REAL_WAIT, "the kubelet to exit", || {
-            let s = p.exited();
-            async move { s }
-        })
-        .await;
-        let log = p.tail(20);
-        assert_eq!(status.code(), Some(1), "{log}");
-        assert!(log.contains("unable to load kubeconfig"), "{log}");
+        // No kubelet.conf and no bootstrap kubeconfig: the kubelet's own error, exit 1 (and
+        // systemd's Restart=always RestartSec=10 tries again), with rotation on (the
+        // config's default) and off (bootlet's drop-in).
+        for (drop_in, error) in [
+            (None, "unable to load kubeconfig"),
+            (Some("--rotate-certificates=false"), "invalid kubeconfig"),
+        ] {
+            let (dir, _) = node_dir(c).await;
+            let config = config_yaml(
+                c,
+                dir.tmp.path(),
+                free_port().unwrap(),
+                free_port().unwrap(),
+            )
+            .await;
+            let mut args = vec![format!("--kubeconfig={}", path(&dir.kubeconfig))];
+            args.extend(drop_in.map(String::from));
+            args.push(format!("--config={}", path(&config)));
+            args.push("--hostname-override=kubeadm-nocreds".into());
+            args.extend(node_flags(&dir));
+            let mut p = kubelet(c, dir.tmp.path(), args);
+            let status = eventually(REAL_WAIT, "the kubelet to exit", || {
+                let s = p.exited();
+                async move { s }
+            })
+            .await;
+            let log = p.tail(20);
+            assert_eq!(status.code(), Some(1), "{log}");
+            assert!(log.contains(error), "{error}: {log}");
+        }
     })
 }
 
