@@ -8,10 +8,18 @@
 //	kube hollow-node FLAGS...          (kubemark's hollow kubelet)
 //	kube kubectl ARGS...
 //	kube kubelet-identity FLAGS...     (the kubelet's identity code alone: see runKubeletIdentity)
+//	kube kube-scheduler FLAGS...       (scheduler.go)
+//	kube kubeadm ARGS...               (kubeadm.go)
+//	kube kubelet FLAGS...              (the kubelet, its runtime faked: see kubelet.go)
+//	kube fake-cri --listen ENDPOINT    (that fake runtime alone: see cri.go)
+//	kube etcdutl snapshot save|restore (etcdsnap.go)
 //
-// Nothing here changes what the components do; it only chooses which one runs (and, for
-// the hollow kubelet, how often client-go re-reads rotated certificate files: see
-// runHollowNode).
+// Each component also runs through a link named after it (kubelet, kubeadm, ...): the
+// name the binary was run as picks it first. Nothing here changes what the components do;
+// it only chooses which one runs (and, for the hollow kubelet, how often client-go re-reads
+// rotated certificate files: see runHollowNode). The exception is the kubelet, whose
+// container runtime, cAdvisor and container manager kubelet.go replaces with kubemark's
+// fakes, and says why.
 package main
 
 import (

@@ -1,7 +1,8 @@
 //! `bootlet-testplane serve`: the standalone control plane for kubectl and manual doctor runs.
 //! Writes DIR/admin.conf and DIR/bootstrap-kubelet.conf before serving, prints the URL, and runs
 //! until SIGTERM/SIGINT. `bootlet-testplane kube`: the same shape with the real etcd,
-//! kube-apiserver and kube-controller-manager (`testplane::kube`); `kube-build` only builds them.
+//! kube-apiserver and kube-controller-manager (`testplane::kube`; with `--kubeadm`, prepared
+//! by kubeadm itself and with kube-scheduler); `kube-build` only builds them.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -68,9 +69,20 @@ enum Cmd {
         /// More kube-apiserver flags, e.g. --apiserver-arg=--max-requests-inflight=20.
         #[arg(long = "apiserver-arg", allow_hyphen_values = true)]
         apiserver_args: Vec<String>,
+        /// Prepare the cluster for `kubeadm join` by kubeadm itself and run kube-scheduler;
+        /// kube-controller-manager and kube-scheduler serve on kubeadm's ports (kubeadm:
+        /// 10257, 10259) or free ones. Prints a join command (`kubeadm token create`).
+        #[arg(long, value_enum)]
+        kubeadm: Option<KubeadmPorts>,
     },
     /// Build the real components if needed and print the binary's path.
     KubeBuild,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum KubeadmPorts {
+    Kubeadm,
+    Free,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -152,6 +164,7 @@ async fn main() {
                 client_signer,
                 node_monitor_grace_period,
                 apiserver_args,
+                kubeadm,
             } => {
                 let mut opts = kube::Options::new(state_dir);
                 opts.listen = listen;
@@ -166,6 +179,12 @@ async fn main() {
                 };
                 opts.node_monitor_grace_period = node_monitor_grace_period;
                 opts.apiserver_args = apiserver_args;
+                opts.kubeadm = kubeadm.map(|p| {
+                    kube::Kubeadm::new(match p {
+                        KubeadmPorts::Kubeadm => kube::ComponentPorts::Kubeadm,
+                        KubeadmPorts::Free => kube::ComponentPorts::Free,
+                    })
+                });
                 std::process::exit(run_kube(opts).await)
             }
             Cmd::KubeBuild => match kube::build::binary() {
@@ -257,6 +276,16 @@ async fn run_kube(opts: kube::Options) -> i32 {
         dir.join("logs").display()
     );
     println!("{}", cluster.url());
+    if cluster.options().kubeadm.is_some() {
+        match cluster.join_command(kube::TOKEN_TTL).await {
+            Ok(join) => eprintln!("bootlet-testplane: join with: {}", join.line),
+            Err(e) => {
+                eprintln!("bootlet-testplane: {e}");
+                cluster.shutdown().await;
+                return 1;
+            }
+        }
+    }
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}

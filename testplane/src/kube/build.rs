@@ -88,7 +88,7 @@ pub fn binary() -> Result<PathBuf, KubeError> {
     }
     eprintln!(
         "bootlet-testplane: building Kubernetes {release} (etcd, kube-apiserver, \
-         kube-controller-manager, hollow-node, kubectl) into {}; the first build takes \
+         kube-controller-manager, kube-scheduler, hollow-node, kubectl, kubeadm, kubelet) into {}; the first build takes \
          15-25 minutes on 2 cores, later ones seconds",
         out.display()
     );
@@ -117,18 +117,25 @@ pub fn binary() -> Result<PathBuf, KubeError> {
 /// binary, a symbolic link to it (the binary picks the component by the name it was run
 /// as), for callers that take one program path (the bench's shell baseline, tests).
 pub fn kubectl() -> Result<PathBuf, KubeError> {
-    let kube = binary()?;
-    link_kubectl(kube.parent().expect("output has a parent"))
+    link("kubectl")
 }
 
-/// `DIR/kubectl` → `kube`, made under the build lock: two callers replacing it at once
+/// The component `name` (`kubectl`, `kubeadm`, `kubelet`, ...) as a program of its own:
+/// `NAME` beside the binary, a symbolic link to `kube`. kubeadm runs `kubelet --version`
+/// and systemd units run `/usr/bin/kubelet`: a link named so is that program.
+pub fn link(name: &str) -> Result<PathBuf, KubeError> {
+    let kube = binary()?;
+    link_in(kube.parent().expect("output has a parent"), name)
+}
+
+/// `DIR/NAME` → `kube`, made under the build lock: two callers replacing it at once
 /// would share the temporary name (one's `symlink` fails with EEXIST, or one's `rename`
 /// finds it gone).
-fn link_kubectl(dir: &Path) -> Result<PathBuf, KubeError> {
-    let link = dir.join("kubectl");
+fn link_in(dir: &Path, name: &str) -> Result<PathBuf, KubeError> {
+    let link = dir.join(name);
     let _lock = build_lock(dir)?;
     if std::fs::read_link(&link).ok().as_deref() != Some(Path::new("kube")) {
-        let tmp = dir.join(".kubectl.link");
+        let tmp = dir.join(format!(".{name}.link"));
         let _ = std::fs::remove_file(&tmp);
         let io = |source| KubeError::Io {
             path: link.display().to_string(),
@@ -210,7 +217,7 @@ mod tests {
                 s.spawn(|| {
                     for _ in 0..200 {
                         let _ = std::fs::remove_file(dir.path().join("kubectl"));
-                        let link = link_kubectl(dir.path()).unwrap();
+                        let link = link_in(dir.path(), "kubectl").unwrap();
                         assert_eq!(link, dir.path().join("kubectl"));
                     }
                 });

@@ -1,5 +1,6 @@
 //! A real Kubernetes control plane for bootlet's tests, benches and demo: etcd,
-//! kube-apiserver and kube-controller-manager built from upstream (`testplane/kube`, see
+//! kube-apiserver and kube-controller-manager (and kube-scheduler, prepared by kubeadm
+//! itself: `Options::kubeadm`, see `kubeadm.rs`) built from upstream (`testplane/kube`, see
 //! `build`), one process each, configured the way kubeadm configures them where it matters
 //! to a joining node, on loopback. `bootlet-testplane kube` is this in one command; tests
 //! hold a `Cluster` per test binary. Unlike `TestPlane`, nothing here is imitated: what this
@@ -7,6 +8,7 @@
 
 pub mod build;
 mod http;
+mod kubeadm;
 pub mod procs;
 mod setup;
 
@@ -19,6 +21,7 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 pub use http::Auth;
+pub use kubeadm::{ComponentPorts, JoinCommand, Kubeadm, KCM_PORT, SCHEDULER_PORT};
 use procs::{free_port, Proc};
 pub use setup::Files;
 
@@ -95,6 +98,9 @@ pub struct Options {
     pub node_monitor_grace_period: Option<Duration>,
     /// More kube-apiserver flags (e.g. `--max-requests-inflight=20` for the fleet bench).
     pub apiserver_args: Vec<String>,
+    /// Prepare the cluster for `kubeadm join` by kubeadm itself and run kube-scheduler
+    /// (see `kubeadm.rs`); None: the launcher creates kubeadm's objects itself.
+    pub kubeadm: Option<Kubeadm>,
 }
 
 impl Options {
@@ -107,6 +113,7 @@ impl Options {
             client_signer: ClientSigner::ClusterCa,
             node_monitor_grace_period: None,
             apiserver_args: vec![],
+            kubeadm: None,
         }
     }
 }
@@ -120,7 +127,8 @@ pub struct Cluster {
     addr: SocketAddr,
     files: Files,
     token: String,
-    /// The components in start order (etcd, kube-apiserver, kube-controller-manager).
+    /// The components in start order (etcd, kube-apiserver, kube-controller-manager, and
+    /// kube-scheduler with `Options::kubeadm`).
     components: Mutex<Vec<Component>>,
 }
 
@@ -177,17 +185,28 @@ impl Cluster {
             .add("kube-apiserver", cluster.apiserver_args(etcd_client))
             .await?;
         cluster.wait_ready().await?;
-        let ca = cluster.files.ca_pem.clone();
-        let mut objects = setup::kubeadm_objects(&server, &ca, cluster.opts.approve);
-        objects.push(setup::token_object(&id, &secret, TOKEN_TTL));
-        for (path, body) in objects {
-            cluster.create(&path, &body).await?;
+        if cluster.opts.kubeadm.is_some() {
+            cluster.kubeadm_prepare().await?;
+        } else {
+            let ca = cluster.files.ca_pem.clone();
+            let mut objects = setup::kubeadm_objects(&server, &ca, cluster.opts.approve);
+            objects.push(setup::token_object(&id, &secret, TOKEN_TTL));
+            for (path, body) in objects {
+                cluster.create(&path, &body).await?;
+            }
         }
         cluster
-            .add("kube-controller-manager", cluster.controller_manager_args())
+            .add(
+                "kube-controller-manager",
+                cluster.controller_manager_args()?,
+            )
             .await?;
+        if let Some(args) = cluster.scheduler_args()? {
+            cluster.add("kube-scheduler", args).await?;
+        }
         cluster.wait_controllers(&id).await?;
         cluster.wait_token(&cluster.token).await?;
+        cluster.wait_serving().await?;
         let conf = cluster.kubeconfig_for_token(&cluster.token);
         kubeconfig_write(&cluster.bootstrap_kubeconfig(), &conf)?;
         Ok(cluster)
@@ -220,7 +239,7 @@ impl Cluster {
         args
     }
 
-    fn controller_manager_args(&self) -> Vec<String> {
+    fn controller_manager_args(&self) -> Result<Vec<String>, KubeError> {
         let f = &self.files;
         let p = |p: &Path| p.display().to_string();
         let ca = (p(&f.ca_crt), p(&f.ca_key));
@@ -262,7 +281,10 @@ impl Cluster {
         if let Some(g) = self.opts.node_monitor_grace_period {
             args.push(format!("--node-monitor-grace-period={}s", g.as_secs()));
         }
-        args
+        if let Some(k) = &self.opts.kubeadm {
+            self.kubeadm_controller_manager_args(k, &mut args)?;
+        }
+        Ok(args)
     }
 
     /// `https://127.0.0.1:PORT`.

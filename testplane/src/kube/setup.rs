@@ -1,6 +1,6 @@
 //! What kubeadm would have made before the components start, written into the state dir:
 //! the cluster CA, the API server's serving certificate, the service-account key pair, the
-//! admin and controller-manager kubeconfigs (and, with a separate kubelet-client signer, its
+//! admin, controller-manager and scheduler kubeconfigs (and, with a separate kubelet-client signer, its
 //! CA and the client-CA bundle the API server trusts); and the objects `kubeadm init` creates
 //! that a node's join depends on (bootstrap token, the three bootstrap bindings, get-nodes,
 //! cluster-info).
@@ -34,6 +34,8 @@ pub struct Files {
     pub sa_pub: PathBuf,
     pub admin_conf: PathBuf,
     pub kcm_conf: PathBuf,
+    /// kube-scheduler's kubeconfig (`system:kube-scheduler`), as kubeadm's scheduler.conf.
+    pub scheduler_conf: PathBuf,
     /// The admin identity, for the setup requests (cert PEM, key PEM).
     pub admin: (String, String),
     pub ca_pem: String,
@@ -56,6 +58,7 @@ pub fn write_pki(dir: &Path, server: &str, signer: ClientSigner) -> Result<Files
         sa_pub: p("sa.pub"),
         admin_conf: p("admin.conf"),
         kcm_conf: p("controller-manager.conf"),
+        scheduler_conf: p("scheduler.conf"),
         admin: ca.client("kubernetes-admin", &["system:masters"])?,
         ca_pem: ca.cert_pem().to_string(),
     };
@@ -102,6 +105,18 @@ pub fn write_pki(dir: &Path, server: &str, signer: ClientSigner) -> Result<Files
             ca.cert_pem(),
             "kubernetes",
             "system:kube-controller-manager",
+            &cert,
+            &key,
+        ),
+    )?;
+    let (cert, key) = ca.client("system:kube-scheduler", &[])?;
+    write(
+        &f.scheduler_conf,
+        &kubeconfig::with_cert_in(
+            server,
+            ca.cert_pem(),
+            "kubernetes",
+            "system:kube-scheduler",
             &cert,
             &key,
         ),
