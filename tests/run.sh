@@ -51,6 +51,9 @@ have dpkg-shlibdeps || apt_install dpkg-dev
 have strip || apt_install binutils
 have lintian || apt_install --no-install-recommends lintian
 have man || apt_install man-db
+# kubeadm join's preflight needs iptables on PATH (FileExisting-iptables) on the node the
+# kubeadm test boots from this machine's root (tests/systemd/kubeadm.rs).
+have iptables || apt_install iptables
 have cargo-deb || cargo install --locked cargo-deb --version 3.8.0
 # Go builds the real Kubernetes components. A Go older than testplane/kube/go.mod's `go`
 # line (1.21 or newer) fetches the toolchain that line names through the module proxy

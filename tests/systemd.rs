@@ -9,6 +9,8 @@
 
 #[path = "systemd/boot.rs"]
 mod boot;
+#[path = "systemd/kubeadm.rs"]
+mod kubeadm;
 #[path = "systemd/package.rs"]
 mod package;
 mod support;
@@ -274,11 +276,12 @@ impl Container {
             c.leader = child_named(pid, "systemd").unwrap_or(0);
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        // Booted once the manager answers and the initial transaction finished: a node's
-        // boot (an image's) has a minute, as issue 31's first boot asks.
+        // Booted once the manager answers and the initial transaction finished. An image's
+        // boot may include a final stage that runs `kubeadm join` (minutes); the tests that
+        // need the boot within a minute (issue 31) measure it themselves.
         let deadline = match how {
             Boot::Volatile => deadline,
-            Boot::Image(..) => Instant::now() + Duration::from_secs(60),
+            Boot::Image(..) => Instant::now() + Duration::from_secs(300),
         };
         loop {
             let (_, state) = c

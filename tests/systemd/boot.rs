@@ -201,6 +201,11 @@ async fn an_image_boots_without_a_credential_then_joins_from_a_written_file_and_
     let booting = Instant::now();
     let container = Container::boot_as(&name, s, Boot::Image(&image, None)).await;
     eprintln!("first boot finished in {:?}", booting.elapsed());
+    assert!(
+        booting.elapsed() < Duration::from_secs(60),
+        "the boot took {:?}",
+        booting.elapsed()
+    );
     let c = &container;
     booted_cleanly(c).await;
     assert!(
@@ -319,7 +324,13 @@ async fn manual_approval_at_first_boot_holds_neither_the_boot_nor_the_kubelet_af
 
     // 4. The boot completes while the CSR waits for a person; STATUS= and doctor say which
     // CSR and how to approve it; the kubelet is held and its journal says so too.
+    let booting = Instant::now();
     let container = Container::boot_as(&name, s, Boot::Image(&image, None)).await;
+    assert!(
+        booting.elapsed() < Duration::from_secs(60),
+        "the boot took {:?}",
+        booting.elapsed()
+    );
     let c = &container;
     booted_cleanly(c).await;
     let csr = wait_event(&mut events, |e| match e {
