@@ -51,19 +51,9 @@ async fn build_image(name: &str, share: &Path, node: &str, bootstrap: Option<&st
         }
         None => String::new(),
     };
-    let image = Image::new(share);
-    let c = Container::boot_as(
-        &format!("{name}-b"),
-        share,
-        Boot::Image(&image, Some("basic.target")),
-    )
-    .await;
     let s = share.display();
     let script = format!(
-        "rm -f /usr/sbin/policy-rc.d \
-         && dpkg -i {deb} \
-         && for u in postgresql.service prometheus.service e2scrub_reap.service; do systemctl mask $u; done \
-         && systemctl set-default multi-user.target \
+        "dpkg -i {deb} \
          && printf '#!/bin/sh\\nexec /usr/bin/python3 {s}/kubelet-standin.py {healthz}\\n' >/usr/bin/kubelet && chmod 755 /usr/bin/kubelet \
          && cp {s}/kubelet.service {s}/final.service /etc/systemd/system/ \
          && mkdir -p /etc/systemd/system/kubelet.service.d \
@@ -71,6 +61,27 @@ async fn build_image(name: &str, share: &Path, node: &str, bootstrap: Option<&st
          && cp {s}/bootlet.yaml /etc/bootlet/config.yaml \
          && systemctl daemon-reload && systemctl enable kubelet.service final.service{copy_bootstrap}",
         deb = deb.display(),
+    );
+    image_from(name, share, &script).await
+}
+
+/// An image: one boot into basic.target (nothing of the host's own services started, and
+/// those masked for later boots; the default target multi-user.target), `script` run in it
+/// as an image build would, bootlet checked enabled, power off.
+pub(super) async fn image_from(name: &str, share: &Path, script: &str) -> Image {
+    let image = Image::new(share);
+    let c = Container::boot_as(
+        &format!("{name}-b"),
+        share,
+        Boot::Image(&image, Some("basic.target")),
+    )
+    .await;
+    // A machine image, not a Docker build: the host's policy-rc.d (exit 101) would make
+    // deb-systemd-invoke skip every service action.
+    let script = format!(
+        "rm -f /usr/sbin/policy-rc.d \
+         && for u in postgresql.service prometheus.service e2scrub_reap.service; do systemctl mask $u; done \
+         && systemctl set-default multi-user.target && {script}"
     );
     let (ok, out) = c
         .exec_for(Duration::from_secs(180), &["sh", "-c", &script])
@@ -178,6 +189,16 @@ async fn kubelet_runs(c: &Container) -> u64 {
         .unwrap()
 }
 
+/// Waits (at most `limit`) until the client certificate is on disk.
+async fn certificate_within(c: &Container, limit: Duration) {
+    c.until("the certificate", limit, move || async move {
+        c.read(CERT)
+            .await
+            .filter(|p| p.contains("BEGIN CERTIFICATE"))
+    })
+    .await;
+}
+
 fn csrs(tp: &TestPlane) -> usize {
     tp.csrs().len()
 }
@@ -241,16 +262,7 @@ async fn an_image_boots_without_a_credential_then_joins_from_a_written_file_and_
     );
     let (ok, out) = c.exec(&["sh", "-c", &copy]).await;
     assert!(ok, "{out}");
-    c.until(
-        "the certificate",
-        Duration::from_secs(10),
-        move || async move {
-            c.read(CERT)
-                .await
-                .filter(|p| p.contains("BEGIN CERTIFICATE"))
-        },
-    )
-    .await;
+    certificate_within(c, Duration::from_secs(10)).await;
     eprintln!("certificate {:?} after the file", written.elapsed());
     kubelet_runs(c).await;
     let (ok, out) = c
@@ -353,16 +365,7 @@ async fn manual_approval_at_first_boot_holds_neither_the_boot_nor_the_kubelet_af
 
     // Approved: the certificate, then the kubelet on it at its next start.
     tp.approve(&csr).unwrap();
-    c.until(
-        "the certificate",
-        Duration::from_secs(10),
-        move || async move {
-            c.read(CERT)
-                .await
-                .filter(|p| p.contains("BEGIN CERTIFICATE"))
-        },
-    )
-    .await;
+    certificate_within(c, Duration::from_secs(10)).await;
     kubelet_runs(c).await;
     assert_eq!(tp.csrs().len(), 1);
     eprintln!("done after {:?}", started.elapsed());

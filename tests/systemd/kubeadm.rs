@@ -24,8 +24,9 @@ use serde_json::Value;
 use testplane::kube::{build, Cluster, ComponentPorts, JoinCommand, Kubeadm};
 use tokio::time::Instant;
 
+use super::boot::image_from;
 use super::package::build_deb;
-use super::support::kube::{get_json, kubectl};
+use super::support::kube::{get_json, kubectl, node_ready};
 use super::{setup, Boot, Container, Image, Setup, CERT, KUBELET_UNIT};
 
 const IGNORE: &str =
@@ -66,20 +67,10 @@ async fn build_image(name: &str, share: &Path, join: &JoinCommand) -> Image {
     std::fs::write(share.join("10-kubeadm.conf"), KUBEADM_DROPIN).unwrap();
     std::fs::write(share.join("containerd.service"), containerd_unit(&kube)).unwrap();
     std::fs::write(share.join("final.service"), final_unit(join)).unwrap();
-    let image = Image::new(share);
-    let c = Container::boot_as(
-        &format!("{name}-b"),
-        share,
-        Boot::Image(&image, Some("basic.target")),
-    )
-    .await;
     let s = share.display();
     let k = kube.display();
     let script = format!(
-        "rm -f /usr/sbin/policy-rc.d \
-         && for u in postgresql.service prometheus.service e2scrub_reap.service; do systemctl mask $u; done \
-         && systemctl set-default multi-user.target \
-         && ln -sf {k} /usr/bin/kubelet && ln -sf {k} /usr/bin/kubeadm \
+        "ln -sf {k} /usr/bin/kubelet && ln -sf {k} /usr/bin/kubeadm \
          && cp {s}/kubelet.service {s}/containerd.service {s}/final.service /etc/systemd/system/ \
          && mkdir -p /etc/systemd/system/kubelet.service.d && cp {s}/10-kubeadm.conf /etc/systemd/system/kubelet.service.d/ \
          && dpkg -i {deb} \
@@ -88,12 +79,7 @@ async fn build_image(name: &str, share: &Path, join: &JoinCommand) -> Image {
          && systemctl daemon-reload && systemctl enable kubelet.service containerd.service final.service",
         deb = deb.display(),
     );
-    let (ok, out) = c
-        .exec_for(Duration::from_secs(180), &["sh", "-c", &script])
-        .await;
-    assert!(ok, "building the image: {out}");
-    c.poweroff().await;
-    image
+    image_from(name, share, &script).await
 }
 
 /// Until `check` holds (every second), at most `limit`; panics naming `what`.
@@ -109,17 +95,29 @@ where
     }
 }
 
-async fn node_ready(c: &Cluster, node: &str) -> bool {
-    let out = c
-        .kubectl(&[
-            "get",
-            "node",
-            node,
-            "-o",
-            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
-        ])
-        .await;
-    out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "True"
+/// Until the Node is Ready, at most `limit`; else a panic with what the kubelet, bootlet
+/// and the Node said.
+async fn ready(c: &Cluster, m: &Container, node: &str, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while node_ready(c, node).await.as_deref() != Some("True") {
+        if Instant::now() >= deadline {
+            let described = c.kubectl(&["describe", "node", node]).await;
+            panic!(
+                "Node {node} not Ready within {limit:?}\n{}{}\nkubelet:\n{}\nbootlet:\n{}",
+                String::from_utf8_lossy(&described.stdout),
+                String::from_utf8_lossy(&described.stderr),
+                journal(m, "kubelet")
+                    .await
+                    .lines()
+                    .rev()
+                    .take(60)
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+                journal(m, "bootlet").await
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 /// The CSRs of the kubelet-client signer, oldest first.
@@ -183,7 +181,14 @@ async fn kubeadm_join_reset_and_manual_approval_on_a_node_under_systemd() {
     // kubeconfig deleted by kubeadm, bootlet carrying on.
     let container = Container::boot_as(&name, s, Boot::Image(&image, None)).await;
     let m = &container;
-    let node = name.clone();
+    // The machine's host name (systemd sets it from the image's /etc/hostname), lower-cased:
+    // what kubeadm, the kubelet and bootlet all take without --node-name.
+    let node = m
+        .read("/proc/sys/kernel/hostname")
+        .await
+        .unwrap()
+        .trim()
+        .to_lowercase();
     eventually(
         "the final stage to finish",
         Duration::from_secs(240),
@@ -202,10 +207,7 @@ async fn kubeadm_join_reset_and_manual_approval_on_a_node_under_systemd() {
         joined.contains("This node has joined the cluster"),
         "{joined}"
     );
-    eventually("the Node Ready", Duration::from_secs(60), || {
-        node_ready(c, &node)
-    })
-    .await;
+    ready(c, m, &node, Duration::from_secs(60)).await;
     let csrs = client_csrs(c).await;
     assert_eq!(csrs.len(), 1, "{csrs:#?}");
     let first = &csrs[0];
@@ -269,12 +271,7 @@ async fn kubeadm_join_reset_and_manual_approval_on_a_node_under_systemd() {
         },
     )
     .await;
-    eventually(
-        "the Node Ready after the rotation",
-        Duration::from_secs(60),
-        || node_ready(c, &node),
-    )
-    .await;
+    ready(c, m, &node, Duration::from_secs(60)).await;
     eprintln!("rotated ({rotation}) after {:?}", started.elapsed());
 
     // 4 and 2. `kubeadm reset`: bootlet writes nothing back; the Node deleted; a second join,
@@ -311,12 +308,7 @@ async fn kubeadm_join_reset_and_manual_approval_on_a_node_under_systemd() {
         "the second kubeadm join:\n{out}\nbootlet:\n{}",
         journal(m, "bootlet").await
     );
-    eventually(
-        "the Node under its --node-name Ready",
-        Duration::from_secs(60),
-        || node_ready(c, &other),
-    )
-    .await;
+    ready(c, m, &other, Duration::from_secs(60)).await;
     assert!(subject(m).await.contains(&format!("system:node:{other}")));
     let csrs = client_csrs(c).await;
     let second = csrs.last().unwrap();
@@ -379,12 +371,7 @@ async fn kubeadm_join_reset_and_manual_approval_on_a_node_under_systemd() {
     );
     assert!(m.show("StatusText").await.contains(&approve));
     kubectl(c, &["certificate", "approve", &csr]).await;
-    eventually(
-        "the Node Ready once approved",
-        Duration::from_secs(90),
-        || node_ready(c, &node),
-    )
-    .await;
+    ready(c, m, &node, Duration::from_secs(90)).await;
 
     // The other side: approved while kubeadm waits, kubeadm succeeds.
     let (ok, out) = m
@@ -424,10 +411,7 @@ async fn kubeadm_join_reset_and_manual_approval_on_a_node_under_systemd() {
         ok && out.contains("This node has joined the cluster"),
         "{out}"
     );
-    eventually("the Node Ready", Duration::from_secs(60), || {
-        node_ready(c, &node)
-    })
-    .await;
+    ready(c, m, &node, Duration::from_secs(60)).await;
     eprintln!("done after {:?}", started.elapsed());
     drop(container);
 }
