@@ -8,7 +8,8 @@
 //!
 //! One machine, one sequence, as it happens on a node: the join from cloud-init's final
 //! stage; the rotation; `kubeadm reset` and a second join with `--node-name`; manual
-//! approval, kubeadm timing out with the CSR named, then succeeding once it is approved.
+//! approval, kubeadm timing out with the CSR named, then succeeding once it is approved;
+//! the node off past its certificate's expiry and back with `bootlet rejoin`.
 //! The container shares the host's network (the control plane is on its loopback), so the
 //! kubelet's ports are the defaults (10248, 10250) and this is the one test that uses them.
 //!
@@ -412,6 +413,84 @@ async fn kubeadm_join_reset_and_manual_approval_on_a_node_under_systemd() {
         "{out}"
     );
     ready(c, m, &node, Duration::from_secs(60)).await;
-    eprintln!("done after {:?}", started.elapsed());
+    eprintln!(
+        "approved while kubeadm waited, after {:?}",
+        started.elapsed()
+    );
+
+    // 6. Back after a long downtime: the node off (bootlet and the kubelet stopped) past its
+    // certificate's expiry, kubeadm's bootstrap kubeconfig long deleted, no CA key on the
+    // node. At boot doctor names exactly that and the one fix; `bootlet rejoin` with a fresh
+    // token and the CA's pin brings it back with one new CSR.
+    kubectl(
+        c,
+        &[
+            "create",
+            "clusterrolebinding",
+            "kubeadm:node-autoapprove-bootstrap",
+            "--clusterrole=system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+            "--group=system:bootstrappers:kubeadm:default-node-token",
+        ],
+    )
+    .await;
+    let (ok, out) = m.exec(&["systemctl", "stop", "kubelet", "bootlet"]).await;
+    assert!(ok, "{out}");
+    let flags = ["--config", "/etc/bootlet/config.yaml"];
+    eventually(
+        "the certificate to expire",
+        Duration::from_secs(240),
+        || async {
+            let mut argv = vec!["bootlet", "check-identity"];
+            argv.extend(flags);
+            let (ok, out) = m.exec(&argv).await;
+            !ok && out.contains("expired")
+        },
+    )
+    .await;
+    // The boot: both start (the kubelet is refused by its check until the rejoin).
+    let (ok, out) = m
+        .exec(&["systemctl", "start", "--no-block", "bootlet", "kubelet"])
+        .await;
+    assert!(ok, "{out}");
+    let mut argv = vec!["bootlet", "doctor"];
+    argv.extend(flags);
+    let (ok, doctor) = m.exec(&argv).await;
+    assert!(
+        !ok && doctor.contains("the client certificate expired at")
+            && doctor.contains("no bootstrap credential")
+            && doctor.contains("fix: bootlet rejoin --token"),
+        "{doctor}"
+    );
+    let fresh = c
+        .join_command(Duration::from_secs(3600))
+        .await
+        .expect("a fresh token");
+    let before = client_csrs(c).await.len();
+    let mut argv = vec![
+        "bootlet",
+        "rejoin",
+        "--token",
+        &fresh.token,
+        "--discovery-token-ca-cert-hash",
+        &fresh.ca_cert_hash,
+    ];
+    argv.extend(flags);
+    let (ok, out) = m.exec_for(Duration::from_secs(360), &argv).await;
+    assert!(ok && out.contains("rejoined"), "bootlet rejoin:\n{out}");
+    assert!(!out.contains(&fresh.token), "the token in rejoin's output");
+    ready(c, m, &node, Duration::from_secs(90)).await;
+    let csrs = client_csrs(c).await;
+    assert_eq!(csrs.len(), before + 1, "one new CSR for the rejoin");
+    assert_eq!(
+        requester(csrs.last().unwrap()),
+        format!(
+            "system:bootstrap:{}",
+            fresh.token.split('.').next().unwrap()
+        )
+    );
+    eprintln!(
+        "rejoined after a long downtime, after {:?}",
+        started.elapsed()
+    );
     drop(container);
 }
