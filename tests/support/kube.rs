@@ -89,17 +89,23 @@ pub async fn get_json(c: &Cluster, args: &[&str]) -> Value {
 
 /// The CSRs whose requester is one of `users`, oldest first.
 pub async fn csrs_of(c: &Cluster, users: &[&str]) -> Vec<Value> {
+    csrs_where(c, |csr| {
+        csr["spec"]["username"]
+            .as_str()
+            .is_some_and(|u| users.contains(&u))
+    })
+    .await
+}
+
+/// The CSRs `keep` accepts, oldest first.
+pub async fn csrs_where(c: &Cluster, keep: impl Fn(&Value) -> bool) -> Vec<Value> {
     let list = get_json(c, &["csr", "--sort-by=.metadata.creationTimestamp"]).await;
     list["items"]
         .as_array()
         .cloned()
         .unwrap_or_default()
         .into_iter()
-        .filter(|csr| {
-            csr["spec"]["username"]
-                .as_str()
-                .is_some_and(|u| users.contains(&u))
-        })
+        .filter(|csr| keep(csr))
         .collect()
 }
 

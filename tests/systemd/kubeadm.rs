@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 use super::boot::image_from;
 use super::package::build_deb;
-use super::support::kube::{get_json, kubectl, node_ready};
+use super::support::kube::{csrs_where, kubectl, node_ready};
 use super::{setup, Boot, Container, Image, Setup, CERT, KUBELET_UNIT};
 
 const IGNORE: &str =
@@ -123,14 +123,10 @@ async fn ready(c: &Cluster, m: &Container, node: &str, limit: Duration) {
 
 /// The CSRs of the kubelet-client signer, oldest first.
 async fn client_csrs(c: &Cluster) -> Vec<Value> {
-    let list = get_json(c, &["csr", "--sort-by=.metadata.creationTimestamp"]).await;
-    list["items"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|csr| csr["spec"]["signerName"] == "kubernetes.io/kube-apiserver-client-kubelet")
-        .collect()
+    csrs_where(c, |csr| {
+        csr["spec"]["signerName"] == "kubernetes.io/kube-apiserver-client-kubelet"
+    })
+    .await
 }
 
 fn requester(csr: &Value) -> &str {
