@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use crate::api::ApiClient;
 use crate::checkid::CheckId;
 use crate::config::Settings;
-use crate::identity::issue::{api_check, IssueError, Issuer, Publish, Request};
+use crate::identity::issue::{api_check, IssueError, Issued, Issuer, Publish, Request};
 use crate::identity::pass::{self, PassError};
 use crate::identity::rotation::{rotate_at, Retries};
 use crate::identity::sans::{self, NodeRead};
@@ -57,6 +57,27 @@ struct Current {
     rotate_at: SystemTime,
 }
 
+/// What the serving loop carries from one pass to the next.
+struct Progress {
+    current: Option<Current>,
+    retries: Retries,
+    /// No CSR before this (a back-off after a failure).
+    not_before: Instant,
+    /// Since when the CSR in flight has waited for approval.
+    pending_since: Option<SystemTime>,
+    /// The last Node read failed (one warning per streak of failures).
+    node_failing: bool,
+}
+
+/// What the loop does after a Node read.
+#[derive(Debug, PartialEq)]
+enum Next {
+    /// File (or adopt) a CSR for these SANs now.
+    Issue(Sans),
+    /// Nothing to do for this long.
+    Sleep(Duration),
+}
+
 /// The serving-certificate loop and what it needs.
 pub struct Serving {
     pub settings: Settings,
@@ -87,12 +108,13 @@ impl Serving {
         let issuer = Issuer {
             health: self.health.clone(),
         };
-        let mut current = self.installed(&dir);
-        let mut retries = Retries::new(&self.settings);
-        let mut not_before = Instant::now();
-        let mut pending_since: Option<SystemTime> = None;
-        // The last Node read failed (one warning per streak of failures).
-        let mut node_failing = false;
+        let mut state = Progress {
+            current: self.installed(&dir),
+            retries: Retries::new(&self.settings),
+            not_before: Instant::now(),
+            pending_since: None,
+            node_failing: false,
+        };
         let mut ticker = Ticker::for_loops();
         loop {
             let client = self.clients.borrow().clone();
@@ -103,93 +125,136 @@ impl Serving {
                 () = shutdown.requested() => return,
             };
             let now = clock::now();
-            let wanted = self.wanted(
-                read,
-                current.as_ref().map(|c| &c.info),
-                &mut node_failing,
-                now,
-            );
-            let plan = wanted.and_then(|w| self.due(current.as_ref(), &w, now).map(|at| (w, at)));
-            let wait = match &plan {
-                Some((_, at)) if Instant::now() >= not_before => {
-                    at.duration_since(now).unwrap_or_default()
+            let wanted = match self.plan(&mut state, read, now, Instant::now()) {
+                Next::Issue(wanted) => wanted,
+                Next::Sleep(wait) => {
+                    self.health.beat(TASK, wait + BEAT_SLACK);
+                    tokio::select! {
+                        () = ticker.sleep_until(Instant::now() + wait) => {}
+                        () = shutdown.requested() => return,
+                    }
+                    continue;
                 }
-                Some(_) => not_before.saturating_duration_since(Instant::now()),
-                None => ADDRESS_CHECK,
-            }
-            .min(ADDRESS_CHECK);
-            let Some((wanted, _)) = plan.filter(|_| wait.is_zero()) else {
-                self.health.beat(TASK, wait + BEAT_SLACK);
-                tokio::select! {
-                    () = ticker.sleep_until(Instant::now() + wait) => {}
-                    () = shutdown.requested() => return,
-                }
-                continue;
             };
-            let profile = CertProfile::serving(&self.settings.node_name, wanted);
-            // One wait lasts until the next reminder (at most half of --csr-timeout, after
-            // which the CSR is given up); the same CSR is adopted again after each. The
-            // whole pass, filing included, is bounded, and the heartbeat promises that.
-            let limit = APPROVAL_NAG
-                .min(self.settings.csr_timeout / 2)
-                .max(Duration::from_secs(1));
-            let request = Request {
-                profile: &profile,
-                client: &client,
-                ca_pem: &self.ca_pem,
-                wait_limit: limit,
-                not_issued_warning: self.settings.csr_not_issued_warning,
-                publish: Publish::Files,
-            };
-            let issuing = issuer.issue(&dir, request);
             let result = tokio::select! {
-                r = pass::bounded(&self.health, TASK, limit, BEAT_SLACK, issuing) => r,
+                r = self.pass(&issuer, &dir, &client, wanted) => r,
                 () = shutdown.requested() => return,
             };
-            match result {
-                Ok(issued) => {
-                    tracing::info!(serial = %issued.info.serial, not_after = %health::rfc3339(issued.info.not_after), sans = ?issued.info.sans, "the kubelet serves the new certificate once it re-reads kubelet-server-current.pem (kubelet 1.31+ does so on its own; older kubelets need `systemctl restart kubelet`)");
-                    if let Some(previous) = &current {
-                        let lived = clock::now()
-                            .duration_since(previous.info.not_before)
-                            .unwrap_or_default();
-                        METRICS.serving_rotated(lived);
+            self.settle(&mut state, &dir, result, now, Instant::now());
+        }
+    }
+
+    /// One pass through the issuing pipeline for `wanted`. One wait lasts until the next
+    /// reminder (at most half of --csr-timeout, after which the CSR is given up); the same
+    /// CSR is adopted again after each. The whole pass, filing included, is bounded, and
+    /// the heartbeat promises that.
+    async fn pass(
+        &self,
+        issuer: &Issuer,
+        dir: &CertDir,
+        client: &ApiClient,
+        wanted: Sans,
+    ) -> Result<Issued, PassError<IssueError>> {
+        let profile = CertProfile::serving(&self.settings.node_name, wanted);
+        let limit = APPROVAL_NAG
+            .min(self.settings.csr_timeout / 2)
+            .max(Duration::from_secs(1));
+        let request = Request {
+            profile: &profile,
+            client,
+            ca_pem: &self.ca_pem,
+            wait_limit: limit,
+            not_issued_warning: self.settings.csr_not_issued_warning,
+            publish: Publish::Files,
+        };
+        let issuing = issuer.issue(dir, request);
+        pass::bounded(&self.health, TASK, limit, BEAT_SLACK, issuing).await
+    }
+
+    /// The step before a pass: after a Node read, whether to file a CSR for the SANs it
+    /// names now, or how long to sleep (until the certificate's rotation deadline, the end
+    /// of a back-off, or the next address check, whichever is first). No IO but logs and
+    /// STATUS=.
+    fn plan(
+        &self,
+        state: &mut Progress,
+        read: Result<Option<Node>, ReadFailed>,
+        now: SystemTime,
+        mono: Instant,
+    ) -> Next {
+        let wanted = self.wanted(
+            read,
+            state.current.as_ref().map(|c| &c.info),
+            &mut state.node_failing,
+            now,
+        );
+        let plan = wanted.and_then(|w| self.due(state.current.as_ref(), &w, now).map(|at| (w, at)));
+        let wait = match &plan {
+            Some((_, at)) if mono >= state.not_before => at.duration_since(now).unwrap_or_default(),
+            Some(_) => state.not_before.saturating_duration_since(mono),
+            None => ADDRESS_CHECK,
+        }
+        .min(ADDRESS_CHECK);
+        match plan {
+            Some((wanted, _)) if wait.is_zero() => Next::Issue(wanted),
+            _ => Next::Sleep(wait),
+        }
+    }
+
+    /// The step after a pass: the new certificate in use; an approval still outstanding
+    /// (warned about, and given up after `--csr-timeout`: the next CSR uses a fresh key);
+    /// or a failure, backed off.
+    fn settle(
+        &self,
+        state: &mut Progress,
+        dir: &CertDir,
+        result: Result<Issued, PassError<IssueError>>,
+        now: SystemTime,
+        mono: Instant,
+    ) {
+        match result {
+            Ok(issued) => {
+                tracing::info!(serial = %issued.info.serial, not_after = %health::rfc3339(issued.info.not_after), sans = ?issued.info.sans, "the kubelet serves the new certificate once it re-reads kubelet-server-current.pem (kubelet 1.31+ does so on its own; older kubelets need `systemctl restart kubelet`)");
+                if let Some(previous) = &state.current {
+                    let lived = clock::now()
+                        .duration_since(previous.info.not_before)
+                        .unwrap_or_default();
+                    METRICS.serving_rotated(lived);
+                }
+                self.installed_now(&issued.info);
+                state.current = Some(self.current(issued.info, true));
+                state.pending_since = None;
+                state.retries.reset();
+                self.prune(dir);
+            }
+            Err(PassError::Failed(e)) if e.is_approval_timeout() => {
+                let since = *state.pending_since.get_or_insert(now);
+                let name = csr_name(&e);
+                tracing::warn!(csr = %name, "the serving certificate's CSR {name} is still waiting for approval: approve it with `kubectl certificate approve {name}`; Kubernetes never approves kubelet-serving CSRs on its own, so automation needs an approver such as kubelet-csr-approver");
+                if clock::now().duration_since(since).unwrap_or_default()
+                    >= self.settings.csr_timeout
+                {
+                    tracing::warn!(csr = %name, "giving up on CSR {name} after --csr-timeout; the next one uses a fresh key");
+                    if let Err(e) = dir.remove_pending_key() {
+                        tracing::warn!(error = %report(&e), "cannot remove the pending serving key");
                     }
-                    self.installed_now(&issued.info);
-                    current = Some(self.current(issued.info, true));
-                    pending_since = None;
-                    retries.reset();
-                    self.prune(&dir);
+                    METRICS.csr_abandoned(Purpose::Serving);
+                    state.pending_since = None;
                 }
-                Err(PassError::Failed(e)) if e.is_approval_timeout() => {
-                    let since = *pending_since.get_or_insert(now);
-                    let name = csr_name(&e);
-                    tracing::warn!(csr = %name, "the serving certificate's CSR {name} is still waiting for approval: approve it with `kubectl certificate approve {name}`; Kubernetes never approves kubelet-serving CSRs on its own, so automation needs an approver such as kubelet-csr-approver");
-                    if clock::now().duration_since(since).unwrap_or_default()
-                        >= self.settings.csr_timeout
-                    {
-                        tracing::warn!(csr = %name, "giving up on CSR {name} after --csr-timeout; the next one uses a fresh key");
-                        if let Err(e) = dir.remove_pending_key() {
-                            tracing::warn!(error = %report(&e), "cannot remove the pending serving key");
-                        }
-                        METRICS.csr_abandoned(Purpose::Serving);
-                        pending_since = None;
-                    }
-                }
-                Err(e) => {
-                    let remaining = current.as_ref().map_or(Duration::ZERO, |c| {
-                        c.info.not_after.duration_since(now).unwrap_or_default()
-                    });
-                    let refusal = e.failed().is_some_and(IssueError::is_refusal);
-                    let delay = retries.after(
-                        refusal,
-                        remaining.is_zero(),
-                        remaining.max(Duration::from_secs(10)),
-                    );
-                    pending_since = None;
-                    self.report_failure(&e, delay);
-                    not_before = Instant::now() + delay;
-                }
+            }
+            Err(e) => {
+                let remaining = state.current.as_ref().map_or(Duration::ZERO, |c| {
+                    c.info.not_after.duration_since(now).unwrap_or_default()
+                });
+                let refusal = e.failed().is_some_and(IssueError::is_refusal);
+                let delay = state.retries.after(
+                    refusal,
+                    remaining.is_zero(),
+                    remaining.max(Duration::from_secs(10)),
+                );
+                state.pending_since = None;
+                self.report_failure(&e, delay);
+                state.not_before = mono + delay;
             }
         }
     }

@@ -138,3 +138,114 @@ async fn a_failed_node_read_never_changes_the_serving_sans() {
     trigger.fire();
     serving.await.unwrap();
 }
+
+/// The loop's step before a pass, without timers or a server round trip: a Node read in,
+/// what to do out — file a CSR for the Node's addresses, wait out a back-off, sleep until
+/// the rotation deadline, or wait for the next address check after a failed read.
+#[tokio::test]
+async fn plan_decides_from_the_node_read_the_certificate_and_the_back_off() {
+    // A subscriber of its own: tracing caches a callsite's interest when it is first hit,
+    // and the other tests here wait for these very log lines.
+    let (lines, _guard) = Lines::capture();
+    let tp = TestPlane::builder().start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut settings = settings_in(dir.path(), NODE);
+    settings.rotate_server_certificates = true;
+    let (_tx, clients) = watch::channel(node_client(&tp, NODE));
+    let serving = Serving {
+        settings: settings.clone(),
+        health: Health::new(false),
+        clients,
+        ca_pem: tp.ca_pem().into_bytes(),
+        detected: vec![],
+    };
+    let now = clock::now();
+    let mono = Instant::now();
+    let mut state = Progress {
+        current: None,
+        retries: Retries::new(&settings),
+        not_before: mono,
+        pending_since: None,
+        node_failing: false,
+    };
+    let node = || Ok(Some(node_with(NODE, &["10.0.0.7"])));
+
+    // No certificate: a CSR for what the Node says, now.
+    let Next::Issue(sans) = serving.plan(&mut state, node(), now, mono) else {
+        panic!("no CSR without a certificate");
+    };
+    assert_eq!(sans.ips, [ip("10.0.0.7")]);
+
+    // A back-off in force: sleep until it ends.
+    state.not_before = mono + Duration::from_secs(30);
+    assert_eq!(
+        serving.plan(&mut state, node(), now, mono),
+        Next::Sleep(Duration::from_secs(30))
+    );
+    state.not_before = mono;
+
+    // A certificate for those SANs: sleep until its deadline (at most the address check),
+    // and a CSR once the deadline has passed.
+    let info = |sans: Sans| CertInfo {
+        serial: "0a".into(),
+        subject_cn: format!("system:node:{NODE}"),
+        subject_o: vec!["system:nodes".into()],
+        issuer: "CN=kubernetes".into(),
+        not_before: now - Duration::from_secs(60),
+        not_after: now + Duration::from_secs(3600),
+        spki_der: vec![],
+        client_auth: false,
+        server_auth: true,
+        sans,
+    };
+    state.current = Some(Current {
+        info: info(sans.clone()),
+        rotate_at: now + Duration::from_secs(20),
+    });
+    assert_eq!(
+        serving.plan(&mut state, node(), now, mono),
+        Next::Sleep(Duration::from_secs(20))
+    );
+    assert_eq!(
+        serving.plan(&mut state, node(), now + Duration::from_secs(20), mono),
+        Next::Issue(sans.clone())
+    );
+
+    // The Node's address changed: a new CSR at once, whatever the deadline.
+    let moved = || Ok(Some(node_with(NODE, &["10.0.0.8"])));
+    assert!(matches!(
+        serving.plan(&mut state, moved(), now, mono),
+        Next::Issue(s) if s.ips == [ip("10.0.0.8")]
+    ));
+
+    // A failed read keeps the certificate's SANs (its deadline still holds) and marks the
+    // streak, so the warning is logged once.
+    let failed = || {
+        Err(ReadFailed {
+            reason: "500".into(),
+            check: CheckId::ServerReachable,
+        })
+    };
+    assert_eq!(
+        serving.plan(&mut state, failed(), now, mono),
+        Next::Sleep(Duration::from_secs(20))
+    );
+    assert!(state.node_failing);
+    assert_eq!(
+        lines
+            .all()
+            .iter()
+            .filter(|l| l.contains("cannot read Node"))
+            .count(),
+        1,
+        "{:?}",
+        lines.all()
+    );
+
+    // With no certificate, a failed read files nothing: the next address check.
+    state.current = None;
+    assert_eq!(
+        serving.plan(&mut state, failed(), now, mono),
+        Next::Sleep(ADDRESS_CHECK)
+    );
+}
