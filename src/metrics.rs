@@ -21,6 +21,7 @@ use prometheus::{
 use crate::runtime::health::{PauseReason, Snapshot};
 
 pub mod deadline;
+pub mod reference;
 pub mod server;
 
 /// The kubelet's buckets for `certificate_manager_server_rotation_seconds`: a minute to

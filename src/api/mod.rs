@@ -1,7 +1,9 @@
-//! The one HTTP client bootlet uses to reach the API server: TLS that trusts only the
-//! cluster CA (checked against `tls-server-name` when set), exactly one identity (bootstrap
-//! token or client certificate), the one proxy policy, no redirects followed, bounded
-//! requests, and typed errors that keep the API's `Status`. It knows no resource kinds.
+//! The shared HTTP client bootlet uses to reach the API server (the Lease loop keeps a
+//! connection of its own, [`conn`], made from it with the same TLS and identity): TLS that
+//! trusts only the cluster CA (checked against `tls-server-name` when set), exactly one
+//! identity (bootstrap token or client certificate), the one proxy policy, no redirects
+//! followed, bounded requests, and typed errors that keep the API's `Status`. It knows no
+//! resource kinds.
 
 pub mod conn;
 pub mod dial;

@@ -100,8 +100,9 @@ fn description() -> String {
     )]);
     r.control("PP", []);
     r.text([roman(
-        "Flags override the keys of the config file (--config); every flag has a camelCase \
-         key there.",
+        "Flags override the keys of the config file (--config). Every setting has a key there: \
+         the flag's name in camelCase, except nodeIP, tlsSAN, serverTLSBootstrap and verbosity \
+         (-v).",
     )]);
     r.render()
 }
