@@ -98,7 +98,7 @@ pub fn markdown() -> String {
             "| `{}` | {} | {} | {} | {}{} |\n",
             row.flag,
             row.key.map_or("—".to_string(), |k| format!("`{k}`")),
-            cell(&row.default),
+            default_cell(&row.default),
             reload,
             cell(&row.help),
             hidden,
@@ -130,7 +130,7 @@ pub fn subcommand_markdown() -> String {
             out.push_str(&format!(
                 "| `{}` | `--{long}{value}` | {} | {} |\n",
                 sub.get_name(),
-                cell(&default),
+                default_cell(&default),
                 cell(&help)
             ));
         }
@@ -138,7 +138,19 @@ pub fn subcommand_markdown() -> String {
     out
 }
 
-/// Markdown table cell text: no pipes, no line breaks.
+/// Markdown table cell text: no pipes, no line breaks, no HTML.
 fn cell(s: &str) -> String {
-    s.replace('|', "\\|").replace('\n', " ")
+    s.replace('|', "\\|")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('\n', " ")
+}
+
+/// A default as a value (`10s`) or, when it is a phrase ("the host name"), as text.
+fn default_cell(s: &str) -> String {
+    if s.contains(' ') || s == "none" {
+        cell(s)
+    } else {
+        format!("`{s}`")
+    }
 }

@@ -9,15 +9,17 @@ pub fn markdown() -> String {
     let mut out = String::new();
     for (n, id) in CheckId::ALL.iter().enumerate() {
         let needs = match id.depends_on() {
-            [] => "nothing (the first check)".to_string(),
-            deps => deps
-                .iter()
-                .map(|d| format!("`{d}`"))
-                .collect::<Vec<_>>()
-                .join(", "),
+            [] => "Runs first.".to_string(),
+            deps => format!(
+                "Runs after {}; skipped when that failed.",
+                deps.iter()
+                    .map(|d| format!("`{d}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
         };
         out.push_str(&format!(
-            "### {}. `{id}`\n\nRuns after: {needs}; skipped when that failed.\n\n{}\n\n",
+            "### {}. `{id}`\n\n{needs}\n\n{}\n\n",
             n + 1,
             id.observes()
         ));

@@ -68,6 +68,8 @@ pub fn markdown() -> String {
         out.push_str(&format!(
             "| `{name}` | {kind} | {labels} | {} |\n",
             help.replace('|', "\\|")
+                .replace('<', "&lt;")
+                .replace('>', "&gt;")
         ));
     }
     out
