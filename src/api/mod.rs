@@ -138,7 +138,7 @@ impl fmt::Display for Identity {
 // === impl ApiClient ===
 
 impl ApiClient {
-    /// A client for `server` (a URL, or a kubeconfig's [`Server`] with its
+    /// A client for `server` (a URL, or a kubeconfig's [`Server`](kubeconfig::Server) with its
     /// `tls-server-name` and `proxy-url`) that trusts only `ca_pem` and presents
     /// `credential`. The proxy is decided here, once, by [`ProxyPolicy::proxy_for`].
     pub fn new<S: ToServer + ?Sized>(
