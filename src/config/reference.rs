@@ -16,8 +16,11 @@ pub struct Row {
     pub default: String,
     /// What a SIGHUP does with a changed value; `None` for `--config`.
     pub reload: Option<Reload>,
-    /// Hidden from `--help` (an advanced setting).
+    /// Hidden from `--help`.
     pub hidden: bool,
+    /// The `--help` heading it is listed under, when not the default one (e.g. the
+    /// advanced settings).
+    pub heading: Option<String>,
     pub help: String,
 }
 
@@ -63,6 +66,7 @@ pub fn rows() -> Vec<Row> {
             default,
             reload: entry.map(|(_, _, r)| *r),
             hidden: arg.is_hide_set(),
+            heading: arg.get_help_heading().map(str::to_string),
             help,
         });
     }
@@ -89,10 +93,10 @@ pub fn markdown() -> String {
             Some(Reload::LeaseLoop) => "applied (the Lease loop restarts)",
             Some(Reload::Restart) => "restart needed (kept, logged)",
         };
-        let hidden = if row.hidden {
-            " (advanced: not listed by `--help`)"
-        } else {
-            ""
+        let hidden = match (&row.hidden, &row.heading) {
+            (true, _) => " (not listed by `--help`)".to_string(),
+            (false, Some(heading)) => format!(" (`--help`: {heading})"),
+            (false, None) => String::new(),
         };
         out.push_str(&format!(
             "| `{}` | {} | {} | {} | {}{} |\n",
