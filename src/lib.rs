@@ -16,5 +16,6 @@ pub mod identity;
 pub mod lease;
 pub mod metrics;
 pub mod pki;
+pub mod purpose;
 pub mod runtime;
 pub mod version;

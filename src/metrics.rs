@@ -18,6 +18,7 @@ use prometheus::{
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
 
+use crate::purpose::Purpose;
 use crate::runtime::health::{PauseReason, Snapshot};
 
 pub mod deadline;
@@ -44,13 +45,6 @@ const CSR_WAIT_BUCKETS: [f64; 10] = [0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.
 const LEASE_BUCKETS: [f64; 11] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
 ];
-
-/// Which node certificate a figure is about (the `profile` label).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Profile {
-    Client,
-    Serving,
-}
 
 /// Every metric bootlet exports. One per process ([`METRICS`]); the serving certificate's
 /// families are in a registry of their own, exported only when bootlet obtains it.
@@ -80,17 +74,6 @@ pub struct Metrics {
 
 /// The process's metrics, registered on first use.
 pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
-
-// === impl Profile ===
-
-impl Profile {
-    fn label(self) -> &'static str {
-        match self {
-            Profile::Client => "client",
-            Profile::Serving => "serving",
-        }
-    }
-}
 
 // === impl Metrics ===
 
@@ -211,14 +194,14 @@ impl Metrics {
             registry,
             serving_registry,
         };
-        metrics.profile_series(Profile::Client);
+        metrics.profile_series(Purpose::Client);
         metrics
     }
 
     /// Series a profile always has (at zero before the first event), so `increase()` and
     /// `for:` see them from the first scrape.
-    fn profile_series(&self, profile: Profile) {
-        let p = profile.label();
+    fn profile_series(&self, profile: Purpose) {
+        let p = profile.spec().metric_label;
         for result in ["success", "failure"] {
             self.rotations.with_label_values(&[p, result]);
         }
@@ -228,40 +211,40 @@ impl Metrics {
 
     /// One pass through the issuing pipeline ended: counted per profile and outcome; a
     /// failure also counts as the kubelet's renew error for that certificate.
-    pub fn issued(&self, profile: Profile, ok: bool) {
+    pub fn issued(&self, profile: Purpose, ok: bool) {
         let result = if ok { "success" } else { "failure" };
         self.rotations
-            .with_label_values(&[profile.label(), result])
+            .with_label_values(&[profile.spec().metric_label, result])
             .inc();
         if !ok {
             match profile {
-                Profile::Client => self.client_renew_errors.inc(),
-                Profile::Serving => self.server_renew_errors.inc(),
+                Purpose::Client => self.client_renew_errors.inc(),
+                Purpose::Serving => self.server_renew_errors.inc(),
             }
         }
     }
 
     /// A CSR for `profile` is filed (or adopted) and waits for its answer.
-    pub fn csr_filed(&self, profile: Profile) {
+    pub fn csr_filed(&self, profile: Purpose) {
         self.csr_pending
-            .with_label_values(&[profile.label()])
+            .with_label_values(&[profile.spec().metric_label])
             .set(1);
     }
 
     /// The CSR was answered after `waited` (issued, denied or failed).
-    pub fn csr_answered(&self, profile: Profile, waited: Duration) {
+    pub fn csr_answered(&self, profile: Purpose, waited: Duration) {
         self.csr_pending
-            .with_label_values(&[profile.label()])
+            .with_label_values(&[profile.spec().metric_label])
             .set(0);
         self.csr_wait
-            .with_label_values(&[profile.label()])
+            .with_label_values(&[profile.spec().metric_label])
             .observe(waited.as_secs_f64());
     }
 
     /// The pending CSR was given up (a fresh key files a new one).
-    pub fn csr_abandoned(&self, profile: Profile) {
+    pub fn csr_abandoned(&self, profile: Purpose) {
         self.csr_pending
-            .with_label_values(&[profile.label()])
+            .with_label_values(&[profile.spec().metric_label])
             .set(0);
     }
 
@@ -327,7 +310,7 @@ impl Metrics {
             families.retain(|f| !f.name().starts_with("bootlet_lease_"));
         }
         if serving {
-            self.profile_series(Profile::Serving);
+            self.profile_series(Purpose::Serving);
             let cert = snap.serving_cert.as_ref().map(|c| c.not_after);
             self.server_ttl.set(ttl_seconds(cert, now));
             families.extend(self.serving_registry.gather());

@@ -11,7 +11,7 @@ use crate::api::kubeconfig::{self, KubeconfigError};
 use crate::api::{ApiClient, ClientOptions};
 use crate::checkid::CheckId;
 use crate::identity::csr::{self, CsrError, Pending, Verdict, WaitOptions};
-use crate::metrics::{Profile, METRICS};
+use crate::metrics::METRICS;
 use crate::pki::files::{CertDir, FilesError};
 use crate::pki::verify::{self, Anchor, Checked, VerifyError};
 use crate::pki::{CertInfo, CertProfile, NodeKey, PkiError, PrivateKeyPem, Purpose};
@@ -180,7 +180,7 @@ impl Issuer {
     /// dropped after a refusal (the next attempt files a new CSR with a fresh key).
     /// Each pass is counted in the metrics by profile and outcome.
     pub async fn issue(&self, dir: &CertDir, req: Request<'_>) -> Result<Issued, IssueError> {
-        let profile = metrics_profile(req.profile);
+        let profile = req.profile.purpose;
         let result = self.pipeline(dir, req).await;
         METRICS.issued(profile, result.is_ok());
         result
@@ -210,7 +210,7 @@ impl Issuer {
         // through earlier attempts), never from the future of a server clock ahead of ours.
         let now = SystemTime::now();
         let since = filed.created.map_or(now, |created| created.min(now));
-        METRICS.csr_filed(metrics_profile(profile));
+        METRICS.csr_filed(profile.purpose);
         let (issuer, csr_name) = (self.clone(), name.clone());
         let mut on_pending = move |p: Pending| {
             let csr = csr_name.clone();
@@ -238,7 +238,7 @@ impl Issuer {
         let verdict = csr::wait(req.client, &name, &opts, &mut retry, &mut on_pending).await;
         if verdict.is_ok() {
             let waited = SystemTime::now().duration_since(since).unwrap_or_default();
-            METRICS.csr_answered(metrics_profile(profile), waited);
+            METRICS.csr_answered(profile.purpose, waited);
         }
         let chain_pem = match verdict {
             Ok(Verdict::Issued { chain_pem }) => chain_pem,
@@ -375,14 +375,6 @@ impl Issuer {
             Purpose::Client => self.health.set_bootstrap(state),
             Purpose::Serving => self.health.update(|s| s.serving = Some(state)),
         }
-    }
-}
-
-/// The metrics' name for a profile.
-pub fn metrics_profile(profile: &CertProfile) -> Profile {
-    match profile.purpose {
-        Purpose::Client => Profile::Client,
-        Purpose::Serving => Profile::Serving,
     }
 }
 

@@ -253,7 +253,7 @@ impl Rotation<'_> {
                     if let Err(e) = dir.remove_pending_key() {
                         tracing::warn!(error = %report(&e), "cannot remove the pending rotation key");
                     }
-                    crate::metrics::METRICS.csr_abandoned(crate::metrics::Profile::Client);
+                    crate::metrics::METRICS.csr_abandoned(crate::purpose::Purpose::Client);
                 }
                 let limit = self.settings.csr_timeout;
                 let attempt = self.bootstrap.attempt(&dir);

@@ -18,10 +18,11 @@ use crate::identity::issue::{api_check, IssueError, Issuer, Publish, Request};
 use crate::identity::pass::{self, PassError};
 use crate::identity::rotation::{rotate_at, Retries};
 use crate::identity::sans::{self, NodeRead};
-use crate::metrics::{Profile, METRICS};
+use crate::metrics::METRICS;
 use crate::pki::files::CertDir;
 use crate::pki::verify::verify_issued;
 use crate::pki::{parse_cert_chain, CertInfo, CertProfile, NodeKey, Sans};
+use crate::purpose::Purpose;
 use crate::runtime::health::{self, CertSummary, Health, State};
 use crate::runtime::shutdown::Shutdown;
 use crate::runtime::ticker::Ticker;
@@ -171,7 +172,7 @@ impl Serving {
                         if let Err(e) = dir.remove_pending_key() {
                             tracing::warn!(error = %report(&e), "cannot remove the pending serving key");
                         }
-                        METRICS.csr_abandoned(Profile::Serving);
+                        METRICS.csr_abandoned(Purpose::Serving);
                         pending_since = None;
                     }
                 }

@@ -164,11 +164,11 @@ fn without_a_certificate_the_ttl_is_plus_infinity_and_the_expiry_zero() {
 #[test]
 fn outcomes_count_into_both_names_and_the_pending_gauge_follows_the_csr() {
     let m = Metrics::new();
-    m.issued(Profile::Client, true);
-    m.issued(Profile::Client, false);
-    m.issued(Profile::Client, false);
-    m.issued(Profile::Serving, false);
-    m.csr_filed(Profile::Serving);
+    m.issued(Purpose::Client, true);
+    m.issued(Purpose::Client, false);
+    m.issued(Purpose::Client, false);
+    m.issued(Purpose::Serving, false);
+    m.csr_filed(Purpose::Serving);
     m.serving_rotated(Duration::from_secs(7200));
     m.lease_renewal(true, Duration::from_millis(2));
     m.lease_renewal(false, Duration::from_secs(1));
@@ -217,7 +217,7 @@ fn outcomes_count_into_both_names_and_the_pending_gauge_follows_the_csr() {
         at(r#"bootlet_api_requests_total{code="<error>",verb="GET"}"#),
         "1"
     );
-    m.csr_answered(Profile::Serving, Duration::from_secs(3));
+    m.csr_answered(Purpose::Serving, Duration::from_secs(3));
     let text = String::from_utf8(m.render(&snap, now, true)).unwrap();
     assert_eq!(
         sample(&text, r#"bootlet_csr_pending{profile="serving"}"#).as_deref(),

@@ -1,19 +1,13 @@
-//! What makes one node certificate differ from another: signer, usages, subject, SANs, the
-//! extended key usage a certificate must carry, and its file prefix in the cert dir. Pure
-//! data: the issuing pipeline (`identity::issue`) is the same for every profile.
+//! One node certificate to request: its [`Purpose`] (whose const spec in
+//! [`crate::purpose`] holds the signer, usages, required EKU, file prefix and names), the
+//! node and the SANs. Pure data: the issuing pipeline (`identity::issue`) is the same for
+//! every profile.
 
 use std::net::IpAddr;
 
-use super::{NODE_CN_PREFIX, NODE_GROUP};
+pub use crate::purpose::{Eku, Purpose, Spec};
 
-/// Which of the node's two certificates.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Purpose {
-    /// The kubelet's client certificate (`kubelet-client-current.pem`).
-    Client,
-    /// The kubelet's serving certificate (`kubelet-server-current.pem`).
-    Serving,
-}
+use super::{NODE_CN_PREFIX, NODE_GROUP};
 
 /// Subject alternative names of a serving certificate: DNS names and IPs, sorted and
 /// de-duplicated (so the same set always makes the same request and CSR name).
@@ -71,20 +65,19 @@ impl CertProfile {
         }
     }
 
-    /// The CSR's `spec.signerName`.
-    pub fn signer(&self) -> &'static str {
-        match self.purpose {
-            Purpose::Client => "kubernetes.io/kube-apiserver-client-kubelet",
-            Purpose::Serving => "kubernetes.io/kubelet-serving",
-        }
+    /// Its const spec.
+    pub fn spec(&self) -> &'static Spec {
+        self.purpose.spec()
     }
 
-    /// The CSR's `spec.usages` (our keys are ECDSA: no key encipherment).
+    /// The CSR's `spec.signerName`.
+    pub fn signer(&self) -> &'static str {
+        self.spec().signer
+    }
+
+    /// The CSR's `spec.usages`.
     pub fn usages(&self) -> &'static [&'static str] {
-        match self.purpose {
-            Purpose::Client => &["digital signature", "client auth"],
-            Purpose::Serving => &["digital signature", "server auth"],
-        }
+        self.spec().usages
     }
 
     /// `(CN, O)`: `("system:node:NODE", "system:nodes")`.
@@ -95,21 +88,14 @@ impl CertProfile {
         )
     }
 
-    /// The cert dir's file prefix: `kubelet-client` or `kubelet-server` (the kubelet's own
-    /// names: `PREFIX-current.pem`, `PREFIX-YYYY-MM-DD-HH-MM-SS.pem`, `PREFIX.key.tmp`).
+    /// The cert dir's file prefix: `kubelet-client` or `kubelet-server`.
     pub fn file_prefix(&self) -> &'static str {
-        match self.purpose {
-            Purpose::Client => "kubelet-client",
-            Purpose::Serving => "kubelet-server",
-        }
+        self.spec().file_prefix
     }
 
     /// What to call it in logs and STATUS=.
     pub fn describe(&self) -> &'static str {
-        match self.purpose {
-            Purpose::Client => "client certificate",
-            Purpose::Serving => "serving certificate",
-        }
+        self.spec().describe
     }
 }
 

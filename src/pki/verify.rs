@@ -11,9 +11,9 @@ use std::time::{Duration, SystemTime};
 use x509_parser::extensions::ParsedExtension;
 use x509_parser::prelude::{FromDer as _, X509Certificate};
 
-use super::{
-    certificates_pem, parse_cert_chain, CertInfo, CertProfile, NodeKey, PkiError, Purpose,
-};
+use crate::purpose::Eku;
+
+use super::{certificates_pem, parse_cert_chain, CertInfo, CertProfile, NodeKey, PkiError};
 
 /// How far in the future notBefore may be and still count as valid: signers backdate
 /// and node clocks skew.
@@ -137,20 +137,21 @@ pub fn check_issued(
             got: format!("CN={}, O={}", leaf.subject_cn, leaf.subject_o.join("+")),
         });
     }
-    match profile.purpose {
-        Purpose::Client if !leaf.client_auth => {
+    let spec = profile.spec();
+    match spec.eku {
+        Eku::ClientAuth if !leaf.client_auth => {
             return Err(VerifyError::MissingClientAuth {
                 serial: leaf.serial.clone(),
             })
         }
-        Purpose::Serving if !leaf.server_auth => {
+        Eku::ServerAuth if !leaf.server_auth => {
             return Err(VerifyError::MissingServerAuth {
                 serial: leaf.serial.clone(),
             })
         }
         _ => {}
     }
-    if profile.purpose == Purpose::Serving && leaf.sans != profile.sans {
+    if spec.sans && leaf.sans != profile.sans {
         return Err(VerifyError::WrongSans {
             requested: format!("{:?}", profile.sans),
             got: format!("{:?}", leaf.sans),
