@@ -6,7 +6,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use super::{Metrics, Profile};
+use super::Metrics;
+use crate::purpose::Purpose;
 use crate::runtime::health::Health;
 
 /// (type, labels, help) by family name.
@@ -16,7 +17,7 @@ type Families = BTreeMap<String, (String, Vec<String>, String)>;
 /// and the Lease renewed by bootlet.
 fn families() -> Families {
     let metrics = Metrics::new();
-    metrics.profile_series(Profile::Client);
+    metrics.profile_series(Purpose::Client);
     metrics.api_request("GET", Some(http::StatusCode::OK));
     metrics.lease_renewal(true, Duration::from_millis(1));
     let mut snap = Health::new(true).snapshot();
