@@ -53,7 +53,7 @@ pub enum OutputFormat {
 #[derive(Debug, Clone, Default, PartialEq, Args)]
 pub struct Flags {
     #[arg(long, value_name = "FILE", help = dflt(
-        "YAML config file; every flag below except -v has a camelCase key there", "none"))]
+        "YAML config file; every setting below has a key there (docs/configuration.md)", "none"))]
     pub config: Option<PathBuf>,
 
     #[arg(long, value_name = "FILE", help = dflt(
@@ -109,7 +109,7 @@ pub struct Flags {
     pub lease_duration: Option<Duration>,
 
     #[arg(long, value_name = "DUR", value_parser = parse_duration, help = dflt(
-        "How long one CSR may stay unapproved before bootlet gives up on it",
+        "How long one wait for a CSR's approval lasts; then the same CSR is adopted again",
         format_duration(defaults::DEFAULT_CSR_TIMEOUT)))]
     pub csr_timeout: Option<Duration>,
 

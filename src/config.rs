@@ -17,6 +17,7 @@ pub use crate::runtime::duration::{format_duration, parse_duration, DurationErro
 
 pub mod kubelet;
 mod layers;
+pub mod reference;
 pub mod reload;
 
 pub use kubelet::{KubeletFiles, KubeletView};
@@ -27,7 +28,8 @@ pub use crate::defaults::*;
 /// mebibyte is not a config file (or is a YAML bomb).
 pub const MAX_CONFIG_FILE: u64 = 1 << 20;
 
-/// The YAML config file: every flag's camelCase key, all optional. Durations are Go-style
+/// The YAML config file: a key for every setting, all optional (the flag's name in camelCase
+/// except `nodeIP`, `tlsSAN`, `serverTLSBootstrap` and `verbosity`). Durations are Go-style
 /// strings (`10s`), booleans YAML booleans. Relative paths are relative to the file's folder.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -22,6 +22,7 @@ use crate::purpose::Purpose;
 use crate::runtime::health::{PauseReason, Snapshot};
 
 pub mod deadline;
+pub mod reference;
 pub mod server;
 
 /// The kubelet's buckets for `certificate_manager_server_rotation_seconds`: a minute to

@@ -10,7 +10,7 @@ pub const GIT_COMMIT: &str = env!("BOOTLET_GIT_COMMIT");
 pub const BUILD_DATE: &str = env!("BOOTLET_BUILD_DATE");
 
 /// What follows the program name: `0.1.0 (commit 0123456789ab, built 2026-12-01T19:30:00Z)`.
-/// clap prints `bootlet ` before it for `--version`; `bootlet version` prints [`line`].
+/// clap prints `bootlet ` before it for `--version`; `bootlet version` prints [`line()`].
 pub const LONG: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     " (commit ",

@@ -311,7 +311,7 @@ async fn per_renewal(wire: &str, http1: bool, n: usize, interval: Duration) -> (
 /// Protobuf takes fewer bytes than JSON both ways, over either HTTP version, and HTTP/2
 /// (the default wherever the server offers it) fewer than HTTP/1.1 both ways: HPACK sends
 /// the headers that do not change as table indexes. `bash bench/proto.sh` runs this with
-/// `PROTO_RENEWALS=50` in a release build for the README's figures; the suite's 8 renewals
+/// `PROTO_RENEWALS=50` in a release build for docs/performance.md's figures; the suite's 8 renewals
 /// are enough for the bytes (the same every renewal), not for the CPU.
 #[tokio::test]
 async fn bytes_and_cpu_per_renewal() {

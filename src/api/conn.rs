@@ -3,7 +3,7 @@
 //! server, CA, identity, typed errors and clock-skew report as the [`ApiClient`] it is
 //! made from, without what a shared client needs and a heartbeat does not: no pool, no
 //! per-request timer, no PING timer. HTTP/2 where the server offers it by ALPN, HTTP/1.1
-//! otherwise (`conn/http.rs`); either way a renewal is one TLS record written, one read,
+//! otherwise (`conn/sender.rs`); either way a renewal is one TLS record written, one read,
 //! and the connection's driver as the only other task.
 //!
 //! Liveness is the caller's: an exchange that does not complete (an error, or the caller

@@ -1,7 +1,9 @@
-//! The one HTTP client bootlet uses to reach the API server: TLS that trusts only the
-//! cluster CA (checked against `tls-server-name` when set), exactly one identity (bootstrap
-//! token or client certificate), the one proxy policy, no redirects followed, bounded
-//! requests, and typed errors that keep the API's `Status`. It knows no resource kinds.
+//! The shared HTTP client bootlet uses to reach the API server (the Lease loop keeps a
+//! connection of its own, [`conn`], made from it with the same TLS and identity): TLS that
+//! trusts only the cluster CA (checked against `tls-server-name` when set), exactly one
+//! identity (bootstrap token or client certificate), the one proxy policy, no redirects
+//! followed, bounded requests, and typed errors that keep the API's `Status`. It knows no
+//! resource kinds.
 
 pub mod conn;
 pub mod dial;
@@ -136,7 +138,7 @@ impl fmt::Display for Identity {
 // === impl ApiClient ===
 
 impl ApiClient {
-    /// A client for `server` (a URL, or a kubeconfig's [`Server`] with its
+    /// A client for `server` (a URL, or a kubeconfig's [`Server`](kubeconfig::Server) with its
     /// `tls-server-name` and `proxy-url`) that trusts only `ca_pem` and presents
     /// `credential`. The proxy is decided here, once, by [`ProxyPolicy::proxy_for`].
     pub fn new<S: ToServer + ?Sized>(

@@ -87,9 +87,12 @@ fn description() -> String {
          system:node:NAME, O system:nodes) with the bootstrap kubeconfig's token, waits for its \
          approval, writes the key and certificate into the cert dir in the kubelet's own layout \
          and the kubeconfig the kubelet uses, renews the node Lease in kube-node-lease, and \
-         rotates the client certificate at 75% of its lifetime. It runs as the systemd service \
-         bootlet.service (Type=notify): READY=1 once a valid client certificate and the \
-         kubeconfig are on disk, which is when the kubelet can start.",
+         rotates the client certificate at 75% (plus or minus 5%) of its lifetime. It runs as \
+         the systemd service bootlet.service (Type=notify): READY=1 once a valid client \
+         certificate and the kubeconfig are on disk, or as soon as issuing them waits on \
+         something outside bootlet (no bootstrap kubeconfig yet, an approval, an API server \
+         that does not answer), so the boot never waits for a person; the kubelet's \
+         ExecStartPre=bootlet check-identity keeps it from starting without an identity.",
     )]);
     r.control("PP", []);
     r.text([roman(
@@ -100,8 +103,9 @@ fn description() -> String {
     )]);
     r.control("PP", []);
     r.text([roman(
-        "Flags override the keys of the config file (--config); every flag has a camelCase \
-         key there.",
+        "Flags override the keys of the config file (--config). Every setting has a key there: \
+         the flag's name in camelCase, except nodeIP, tlsSAN, serverTLSBootstrap and verbosity \
+         (-v).",
     )]);
     r.render()
 }
@@ -115,7 +119,7 @@ fn reference() -> String {
         r.text([roman(text)]);
     };
     r.control("SH", ["EXIT STATUS"]);
-    item(&mut r, "run", "0 after SIGTERM or SIGINT; 1 with one line naming the file and the reason when it cannot start (no usable client certificate and no readable bootstrap kubeconfig, a config file that does not parse); 2 for an unknown flag.");
+    item(&mut r, "run", "0 after SIGTERM or SIGINT; 1 with one line naming the file and the reason when it cannot start (no usable client certificate and no readable bootstrap kubeconfig, a config file that does not parse; under systemd a bootstrap kubeconfig that is not there yet is waited for instead); 2 for an unknown flag.");
     item(
         &mut r,
         "doctor",

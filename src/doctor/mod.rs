@@ -4,6 +4,7 @@
 
 pub mod checks;
 pub mod observe;
+pub mod reference;
 pub mod render;
 
 use std::time::SystemTime;

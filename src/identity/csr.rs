@@ -117,7 +117,7 @@ pub struct Filed {
 /// Bounds on one wait.
 #[derive(Debug, Clone)]
 pub struct WaitOptions {
-    /// `--csr-timeout`: give up on this CSR after this long.
+    /// `--csr-timeout`: how long one approval wait lasts; the caller then adopts the same CSR again.
     pub timeout: Duration,
     /// Say "approved but not issued" after this long approved without a certificate.
     pub not_issued_warning: Duration,

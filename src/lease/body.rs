@@ -50,13 +50,13 @@ pub fn body(
 /// what that costs). Not 0: a writer with millisecond (or second) precision writes 0 there.
 pub const MARK_MICROS: i64 = 271;
 
-/// Whether `t` carries bootlet's mark ([`MARK_MICROS`]) (pure).
+/// Whether `t` carries bootlet's mark (`MARK_MICROS`) (pure).
 pub fn is_marked(t: jiff::Timestamp) -> bool {
     t.as_microsecond().rem_euclid(1000) == MARK_MICROS
 }
 
 /// The next renewTime: now, within the millisecond, carrying bootlet's mark
-/// ([`MARK_MICROS`]), and always after `last` so that renewals stay strictly increasing
+/// (`MARK_MICROS`), and always after `last` so that renewals stay strictly increasing
 /// when the wall clock steps back (pure).
 pub fn next_renew_time(now: SystemTime, last: Option<jiff::Timestamp>) -> jiff::Timestamp {
     let now = jiff::Timestamp::try_from(now).unwrap_or(jiff::Timestamp::UNIX_EPOCH);

@@ -30,7 +30,7 @@ pub fn watchdog_period(usec: Duration) -> Duration {
 }
 
 /// Follow `health` until shutdown: STATUS= when the line changes (and every
-/// [`STATUS_REFRESH`] while it shows an age), READY=1 once, and — when systemd set
+/// `STATUS_REFRESH` while it shows an age), READY=1 once, and — when systemd set
 /// `WATCHDOG_USEC` for us — WATCHDOG=1 at least every half period while no loop is past its
 /// heartbeat deadline ([`Health::stalled`]).
 ///

@@ -2,7 +2,7 @@
 //! and enabled in an image build (one boot, `dpkg -i`, power off), then the image's own
 //! boots into its default target (multi-user.target), as a VM booted from it does. Beside
 //! bootlet: the kubelet as its package ships it (`Restart=always`, `RestartSec=10`, enabled)
-//! with bootlet's drop-in linked as the README says, and a stand-in for cloud-init's final
+//! with bootlet's drop-in linked as docs/install.md says, and a stand-in for cloud-init's final
 //! stage (`After=multi-user.target`, `Type=oneshot`), where `kubeadm join` runs.
 //!
 //! Before the fix bootlet's READY waited for the certificate with `TimeoutStartSec=infinity`:
@@ -35,7 +35,7 @@ async fn build_image(name: &str, share: &Path, node: &str, bootstrap: Option<&st
     std::fs::write(share.join("kubelet-standin.py"), KUBELET_STANDIN).unwrap();
     std::fs::write(share.join("kubelet.service"), KUBELET_UNIT).unwrap();
     std::fs::write(share.join("final.service"), FINAL).unwrap();
-    // The kubelet renews its own Lease beside the drop-in (README: the opt-in step).
+    // The kubelet renews its own Lease beside the drop-in (docs/install.md: the kubelet opt-in).
     std::fs::write(
         share.join("bootlet.yaml"),
         format!("nodeName: {node}\nrenewLease: false\nmetricsBindAddress: \"off\"\n"),

@@ -137,7 +137,7 @@ pub(super) fn write_error<F: Fs>(fs: &F, path: &Path, source: io::Error) -> File
     }
 }
 
-/// Removes the temp files [`temp_name`] made for `path` (`.NAME.tmp-RANDOM` beside it)
+/// Removes the temp files `temp_name` made for `path` (`.NAME.tmp-RANDOM` beside it)
 /// that a killed process left; for files outside the cert dir (the kubelet kubeconfig),
 /// whose directory `CertDir::open` does not sweep. Call it only while no write of `path`
 /// is in flight. A missing directory has none. Returns the names removed.

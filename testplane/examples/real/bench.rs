@@ -81,7 +81,7 @@ async fn measure(c: &Cluster, split: Option<&Split>) -> Result<String, String> {
     let mut notes = Vec::new();
     // REAL_SUBJECTS (e.g. "bootlet") runs only those, in its order; REAL_BOOTLET_ARGS adds
     // flags to bootlet's command line (e.g. "--test-lease-http1"): with both, one variant of
-    // bootlet against the same cluster, for the README's protocol comparisons.
+    // bootlet against the same cluster, for docs/performance.md's protocol comparisons.
     let only = std::env::var("REAL_SUBJECTS").unwrap_or_default();
     let subjects: Vec<Subject> = if only.is_empty() {
         Subject::ALL.to_vec()

@@ -3,9 +3,9 @@
 //! agents, the relay and the driver on the others, as a cluster's nodes never share its API
 //! server's cores. Without it, kube-apiserver's CPU per request depends on how busy the
 //! agents keep the shared cores: the idler they leave them, the more CPU time each request
-//! costs (measured, README "Beside the kubelet"; a core woken from idle, cold caches or the
-//! Go scheduler waking threads, which of them is not), charging the lightest agent for
-//! being light.
+//! costs (measured, docs/performance.md "Beside the kubelet's own code"; a core woken from
+//! idle, cold caches or the Go scheduler waking threads, which of them is not), charging
+//! the lightest agent for being light.
 //!
 //! `real bench` and `real rotation` run this way; `real fleet` does not (it starts
 //! kube-apiserver again from the driver). The processes are placed with `taskset`

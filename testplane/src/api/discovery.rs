@@ -1,5 +1,5 @@
 //! Non-resource endpoints (/version, /healthz, /readyz, /livez), legacy discovery (/api,
-//! /api/v1, /apis, /apis/<g>, /apis/<g>/<v>; aggregated discovery is declined by answering plain
+//! `/api/v1`, `/apis`, `/apis/<g>`, `/apis/<g>/<v>`; aggregated discovery is declined by answering plain
 //! JSON) and the SelfSubjectReview / SelfSubjectAccessReview virtual resources.
 
 use k8s_openapi::api::authentication::v1::{SelfSubjectReview, SelfSubjectReviewStatus, UserInfo};
