@@ -140,6 +140,28 @@ impl Retries {
     }
 }
 
+/// What the rotation loop carries from one wake-up to the next.
+struct Progress {
+    creds: Credentials,
+    plan: Schedule,
+    retries: Retries,
+    /// A rotation CSR timed out and its pending key was kept for the next rotation.
+    rotation_key_left: bool,
+    /// The expiry warning with rotation off was logged.
+    warned: bool,
+    /// The digest of the certificate file last seen (outside changes are adopted).
+    seen: Option<[u8; 32]>,
+}
+
+/// Which pass is due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    /// Rotate with the current certificate.
+    Rotate,
+    /// It expired: bootstrap again with the bootstrap kubeconfig.
+    FallBack,
+}
+
 /// The rotation loop and what it needs.
 pub struct Rotation<'a> {
     pub settings: &'a Settings,
@@ -190,7 +212,7 @@ impl Rotation<'_> {
     }
 
     /// Rotate until shutdown. `creds` is the identity in use now.
-    pub async fn run(self, mut creds: Credentials, mut shutdown: Shutdown) {
+    pub async fn run(self, creds: Credentials, mut shutdown: Shutdown) {
         let dir = match CertDir::open(&self.settings.cert_dir) {
             Ok(dir) => dir,
             Err(e) => {
@@ -198,103 +220,148 @@ impl Rotation<'_> {
                 return;
             }
         };
-        let mut plan = Schedule::new(self.schedule(&creds), creds.cert.not_after);
-        let mut retries = Retries::new(self.settings);
-        // A rotation CSR timed out and its pending key was kept for the next rotation.
-        let mut rotation_key_left = false;
-        let mut warned = false;
-        let mut seen = None;
+        let mut state = Progress {
+            plan: Schedule::new(self.schedule(&creds), creds.cert.not_after),
+            creds,
+            retries: Retries::new(self.settings),
+            rotation_key_left: false,
+            warned: false,
+            seen: None,
+        };
         let mut ticker = Ticker::for_loops();
         loop {
             // Wake at what is due, and at least every check_every: the deadlines are read
             // against the wall clock again then, so a clock step counts within that.
-            let wake = match plan.next(clock::now(), Instant::now()) {
+            let wake = match state.plan.next(clock::now(), Instant::now()) {
                 Next::Wait(wait) => wait,
                 Next::Rotate | Next::FallBack => Duration::ZERO,
             }
-            .min(check_every(&creds));
+            .min(check_every(&state.creds));
             self.health.beat(TASK, wake + BEAT_SLACK);
             tokio::select! {
                 () = ticker.sleep_until(Instant::now() + wake) => {}
                 () = shutdown.requested() => return,
             }
-            if let Some(adopted) = self.adopt_outside_change(&dir, &creds, &mut seen) {
-                creds = adopted;
-                self.publish(&creds);
-                plan = Schedule::new(self.schedule(&creds), creds.cert.not_after);
-                retries.reset();
-                rotation_key_left = false;
-                continue;
-            }
             let now = clock::now();
-            if plan.at.is_none() {
-                self.without_rotation(&creds, now, &mut warned);
+            let Some(pass) = self.due(&mut state, &dir, now) else {
                 continue;
-            }
-            if plan.observe(now) {
-                tracing::info!(serial = %creds.cert.serial, not_after = %health::rfc3339(creds.cert.not_after), "the clock says the client certificate is valid again (it had been set ahead); rotating it at its deadline instead of bootstrapping");
-                self.health.set_bootstrap(State::Installed);
-            }
-            let expired = match plan.next(now, Instant::now()) {
-                Next::Wait(_) => continue,
-                Next::Rotate => false,
-                Next::FallBack => true,
             };
-            // One pass, filing and the approval wait, bounded as a whole; the heartbeat
-            // covers it (see `pass`).
-            let result = if expired {
-                if !plan.fell_back() {
-                    tracing::error!(serial = %creds.cert.serial, "the client certificate expired before it was rotated; falling back to the bootstrap kubeconfig");
-                }
-                plan.fell_back_now();
-                if std::mem::take(&mut rotation_key_left) {
-                    // That CSR was filed by the node and may never be approved (no
-                    // selfnodeclient approval): the token files a fresh one.
-                    if let Err(e) = dir.remove_pending_key() {
-                        tracing::warn!(error = %report(&e), "cannot remove the pending rotation key");
-                    }
-                    crate::metrics::METRICS.csr_abandoned(crate::purpose::Purpose::Client);
-                }
-                let limit = self.settings.csr_timeout;
-                let attempt = self.bootstrap.attempt(&dir);
-                pass::bounded(&self.health, TASK, limit, BEAT_SLACK, attempt).await
-            } else {
-                tracing::info!(serial = %creds.cert.serial, "rotating the client certificate");
-                // Waiting past expiry is pointless: the fallback to bootstrap takes over then.
-                let remaining = creds.cert.not_after.duration_since(now).unwrap_or_default();
-                let limit = self
-                    .settings
-                    .csr_timeout
-                    .min(remaining.max(Duration::from_secs(1)));
-                let c = &creds;
-                let obtain = self
-                    .bootstrap
-                    .client
-                    .obtain(&dir, &c.client, &c.server, &c.ca_pem, limit);
-                pass::bounded(&self.health, TASK, limit, BEAT_SLACK, obtain).await
-            };
-            match result {
-                Ok(new) => {
-                    tracing::info!(old = %creds.cert.serial, new = %new.cert.serial, "client certificate rotated");
-                    creds = new;
-                    self.publish(&creds);
-                    self.prune(&dir);
-                    plan = Schedule::new(self.schedule(&creds), creds.cert.not_after);
-                    retries.reset();
-                    rotation_key_left = false;
-                }
-                Err(e) => {
-                    // A pass cut short, like an approval timeout, leaves its pending key.
-                    let key_left = e.failed().is_none_or(BootstrapError::is_approval_timeout);
-                    rotation_key_left |= !expired && key_left;
-                    let remaining = creds.cert.not_after.duration_since(now).unwrap_or_default();
-                    let refusal = e.failed().is_some_and(BootstrapError::is_refusal);
-                    let delay = retries.after(refusal, expired, remaining);
-                    self.report_failure(&e, expired, delay);
-                    plan.failed(Instant::now(), delay);
-                }
+            let result = self.pass(&mut state, &dir, pass, now).await;
+            self.settle(&mut state, &dir, result, pass, now);
+        }
+    }
+
+    /// The step after a wake-up: adopt a certificate written from outside; with rotation
+    /// off, only warn as expiry nears; else whether a pass is due now, and which. No IO
+    /// but reading the cert dir.
+    fn due(&self, state: &mut Progress, dir: &CertDir, now: SystemTime) -> Option<Pass> {
+        if let Some(adopted) = self.adopt_outside_change(dir, &state.creds, &mut state.seen) {
+            self.publish(&adopted);
+            self.renewed(state, adopted);
+            return None;
+        }
+        if state.plan.at.is_none() {
+            self.without_rotation(&state.creds, now, &mut state.warned);
+            return None;
+        }
+        if state.plan.observe(now) {
+            tracing::info!(serial = %state.creds.cert.serial, not_after = %health::rfc3339(state.creds.cert.not_after), "the clock says the client certificate is valid again (it had been set ahead); rotating it at its deadline instead of bootstrapping");
+            self.health.set_bootstrap(State::Installed);
+        }
+        match state.plan.next(now, Instant::now()) {
+            Next::Wait(_) => None,
+            Next::Rotate => Some(Pass::Rotate),
+            Next::FallBack => Some(Pass::FallBack),
+        }
+    }
+
+    /// One pass, filing and the approval wait, bounded as a whole; the heartbeat covers
+    /// it (see `pass::bounded`): a rotation with the current certificate, or, once it has
+    /// expired, a bootstrap with the bootstrap kubeconfig.
+    async fn pass(
+        &self,
+        state: &mut Progress,
+        dir: &CertDir,
+        pass: Pass,
+        now: SystemTime,
+    ) -> Result<Credentials, PassError<BootstrapError>> {
+        let creds = &state.creds;
+        if pass == Pass::Rotate {
+            tracing::info!(serial = %creds.cert.serial, "rotating the client certificate");
+            // Waiting past expiry is pointless: the fallback to bootstrap takes over then.
+            let remaining = creds.cert.not_after.duration_since(now).unwrap_or_default();
+            let limit = self
+                .settings
+                .csr_timeout
+                .min(remaining.max(Duration::from_secs(1)));
+            let obtain = self.bootstrap.client.obtain(
+                dir,
+                &creds.client,
+                &creds.server,
+                &creds.ca_pem,
+                limit,
+            );
+            return pass::bounded(&self.health, TASK, limit, BEAT_SLACK, obtain).await;
+        }
+        if !state.plan.fell_back() {
+            tracing::error!(serial = %creds.cert.serial, "the client certificate expired before it was rotated; falling back to the bootstrap kubeconfig");
+        }
+        state.plan.fell_back_now();
+        if std::mem::take(&mut state.rotation_key_left) {
+            // That CSR was filed by the node and may never be approved (no
+            // selfnodeclient approval): the token files a fresh one.
+            if let Err(e) = dir.remove_pending_key() {
+                tracing::warn!(error = %report(&e), "cannot remove the pending rotation key");
+            }
+            crate::metrics::METRICS.csr_abandoned(crate::purpose::Purpose::Client);
+        }
+        let limit = self.settings.csr_timeout;
+        let attempt = self.bootstrap.attempt(dir);
+        pass::bounded(&self.health, TASK, limit, BEAT_SLACK, attempt).await
+    }
+
+    /// The step after a pass: the new certificate in use and a new schedule, or a
+    /// back-off (remembering a pending rotation key the pass left).
+    fn settle(
+        &self,
+        state: &mut Progress,
+        dir: &CertDir,
+        result: Result<Credentials, PassError<BootstrapError>>,
+        pass: Pass,
+        now: SystemTime,
+    ) {
+        let expired = pass == Pass::FallBack;
+        match result {
+            Ok(new) => {
+                tracing::info!(old = %state.creds.cert.serial, new = %new.cert.serial, "client certificate rotated");
+                self.publish(&new);
+                self.prune(dir);
+                self.renewed(state, new);
+            }
+            Err(e) => {
+                // A pass cut short, like an approval timeout, leaves its pending key.
+                let key_left = e.failed().is_none_or(BootstrapError::is_approval_timeout);
+                state.rotation_key_left |= !expired && key_left;
+                let remaining = state
+                    .creds
+                    .cert
+                    .not_after
+                    .duration_since(now)
+                    .unwrap_or_default();
+                let refusal = e.failed().is_some_and(BootstrapError::is_refusal);
+                let delay = state.retries.after(refusal, expired, remaining);
+                self.report_failure(&e, expired, delay);
+                state.plan.failed(Instant::now(), delay);
             }
         }
+    }
+
+    /// `creds` are the identity now (published already): a fresh schedule and back-off.
+    fn renewed(&self, state: &mut Progress, creds: Credentials) {
+        state.plan = Schedule::new(self.schedule(&creds), creds.cert.not_after);
+        state.creds = creds;
+        state.retries.reset();
+        state.rotation_key_left = false;
     }
 
     fn report_failure(&self, e: &PassError<BootstrapError>, expired: bool, delay: Duration) {

@@ -64,3 +64,69 @@ fn ten_thousand_deadlines_spread_uniformly_over_the_jitter_window() {
         .sum();
     assert!(chi2 < 27.88, "not uniform: {buckets:?} chi2={chi2}");
 }
+
+/// The loop's step after a wake-up, without timers: nothing before the deadline, a
+/// rotation at it, the bootstrap fallback past expiry; with rotation off, never a pass.
+#[tokio::test]
+async fn due_names_the_pass_the_deadline_and_the_expiry_call_for() {
+    use crate::api::ClientOptions;
+    use crate::identity::outage_tests::{settings_in, Lines};
+    // A subscriber of its own: tracing caches a callsite's interest when first hit.
+    let (_lines, _guard) = Lines::capture();
+    let tp = testplane::TestPlane::builder()
+        .cert_ttl(Duration::from_secs(3600))
+        .start()
+        .await
+        .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let settings = settings_in(tmp.path(), "rot-due");
+    std::fs::write(&settings.bootstrap_kubeconfig, tp.bootstrap_kubeconfig()).unwrap();
+    let health = Health::new(false);
+    let bootstrap = Bootstrap::new(&settings, health.clone(), ClientOptions::default());
+    let creds = bootstrap.run().await.unwrap();
+    let dir = CertDir::open(&settings.cert_dir).unwrap();
+    let (clients, _rx) = watch::channel(creds.client.clone());
+    let rotation = Rotation {
+        settings: &settings,
+        bootstrap: &bootstrap,
+        health: health.clone(),
+        clients,
+    };
+    let at = rotation.schedule(&creds).expect("rotation is on");
+    let not_after = creds.cert.not_after;
+    let mut state = Progress {
+        plan: Schedule::new(Some(at), not_after),
+        creds,
+        retries: Retries::new(&settings),
+        rotation_key_left: false,
+        warned: false,
+        seen: None,
+    };
+    // The first look records the file as seen: no outside change.
+    assert_eq!(
+        rotation.due(&mut state, &dir, at - Duration::from_secs(1)),
+        None
+    );
+    assert_eq!(rotation.due(&mut state, &dir, at), Some(Pass::Rotate));
+    assert_eq!(
+        rotation.due(&mut state, &dir, not_after),
+        Some(Pass::FallBack)
+    );
+
+    // Rotation off: a warning near expiry at most, never a pass.
+    let off = Settings {
+        rotate_certificates: false,
+        ..settings.clone()
+    };
+    let rotation = Rotation {
+        settings: &off,
+        ..rotation
+    };
+    state.plan = Schedule::new(rotation.schedule(&state.creds), not_after);
+    assert_eq!(state.plan.at, None);
+    assert_eq!(rotation.due(&mut state, &dir, at), None);
+    let near_expiry = not_after - Duration::from_secs(60);
+    assert_eq!(rotation.due(&mut state, &dir, near_expiry), None);
+    assert!(state.warned, "the 90 % warning");
+    assert_eq!(rotation.due(&mut state, &dir, not_after), None);
+}
