@@ -50,7 +50,10 @@ impl LeaseHooks {
 
 /// Run until SIGTERM/SIGINT. Returns an error only when the agent cannot start.
 pub async fn run(settings: Settings) -> Result<(), Error> {
-    start(settings, LeaseHooks::default()).await
+    // A unit struct in a shipped build; the switches' defaults (all off) with `test-hooks`.
+    #[allow(clippy::default_constructed_unit_structs)]
+    let off = LeaseHooks::default();
+    start(settings, off).await
 }
 
 /// [`run`] with the test switches (`test-hooks` feature only).
