@@ -8,8 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 kills=${1:-${CRASH_KILLS:-2000}}
 start=$(date +%s)
-CRASH_KILLS=$kills cargo test --quiet --test crash -- --nocapture --test-threads 1 2>&1 |
+# --test-crash-at exists only in a test-hooks build.
+CRASH_KILLS=$kills cargo test --quiet --features test-hooks --test crash -- --nocapture --test-threads 1 2>&1 |
   grep -oE '(bootstrap|rotation|timed): .*|^test result.*|panicked.*' || { echo "crash tests FAILED"; exit 1; }
-cargo test --quiet --lib pki::files::powercut -- --nocapture --test-threads 1 2>&1 |
+cargo test --quiet --features test-hooks --lib pki::files::powercut -- --nocapture --test-threads 1 2>&1 |
   grep -E 'power cuts|^test result|panicked'
 echo "wall: $(( $(date +%s) - start )) s for $kills kills"

@@ -19,14 +19,15 @@ n=${1:-${FLEET_N:-200}}
 if [ "${2:-}" = "--real" ] || [ "${1:-}" = "--real" ]; then
   [ "$n" = "--real" ] && n=${2:-${FLEET_N:-500}}
   ulimit -n 65536 2>/dev/null || true
-  cargo build --quiet --release -p bootlet --bin bootlet
+  cargo build --quiet --release -p bootlet --features test-hooks --bin bootlet
   cargo build --quiet --release -p bootlet-testplane --example real
   mkdir -p target
   exec ./target/release/examples/real fleet "$n"
 fi
 # Each agent holds a few descriptors; the driver holds a notify socket and a log per agent.
 ulimit -n "$(( n * 8 + 1024 ))" 2>/dev/null || true
-cargo build --quiet --release -p bootlet --bin bootlet
+# test-hooks: under a 1 s interval the agents run with --test-short-lease-interval.
+cargo build --quiet --release -p bootlet --features test-hooks --bin bootlet
 cargo build --quiet --release -p bootlet-testplane --example fleet
 mkdir -p target
 ./target/release/examples/fleet "$n" | tee target/bench-fleet.txt

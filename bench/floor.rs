@@ -169,9 +169,9 @@ async fn lease_loop(url: String, ca: Vec<u8>, cert: String, key: String, p: Pace
         duration: Duration::from_secs(40),
         owner_lookup: Duration::from_secs(3600),
         probe: None,
-        wedge_after: None,
-        // As shipped: protobuf (the bare PUTs above are JSON).
-        wire: bootlet::api::protobuf::LeaseWire::Protobuf,
+        // As shipped: protobuf (the bare PUTs above are JSON), HTTP/2, no test switch.
+        #[cfg(feature = "test-hooks")]
+        hooks: bootlet::lease::Hooks::default(),
     };
     let mut renewals = health.subscribe();
     let run = tokio::spawn(cfg.run(clients, health.clone(), shutdown));

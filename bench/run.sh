@@ -16,7 +16,8 @@ cd "$(dirname "$0")/.."
 # (testplane/examples/real/, bench/README.md "run.sh --real"); the table goes to
 # target/bench-real.md.
 if [ "${1:-}" = "--real" ]; then
-  cargo build --quiet --release -p bootlet --bin bootlet --example floor
+  # test-hooks: the "bootlet over HTTP/1.1" subject runs it with --test-lease-http1.
+  cargo build --quiet --release -p bootlet --features test-hooks --bin bootlet --example floor
   cargo build --quiet --release -p bootlet-testplane --example real
   mkdir -p target
   ulimit -n 65536 2>/dev/null || true

@@ -10,7 +10,6 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::api::kubeconfig::KubeconfigError;
-use crate::api::protobuf::LeaseWire;
 use crate::api::{ApiClient, ClientOptions};
 use crate::cli::{self, Command};
 use crate::config::reload::{self, Reload};
@@ -28,41 +27,42 @@ use crate::runtime::health::State;
 use crate::runtime::report;
 use crate::runtime::{notify, shutdown, telemetry};
 
-/// Test-only switches, from hidden flags (never from the config file), kept out of
-/// `Settings` so nothing a node is configured with can reach them.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct TestHooks {
-    /// `--test-wedge-lease-after`: the Lease loop stops making progress after this long, so
-    /// tests can prove the systemd watchdog restarts a wedged agent.
-    pub wedge_lease_after: Option<std::time::Duration>,
-    /// `--test-crash-at`: SIGKILL before the Nth file operation (see `pki::files::crash`).
-    pub crash_at: Option<crate::pki::files::CrashPlan>,
-    /// `--test-lease-content-type`: the Lease's wire format at the start (protobuf unless
-    /// set), so tests and the bench can compare JSON with protobuf.
-    pub lease_wire: Option<LeaseWire>,
-    /// `--test-lease-http1`: the Lease connection offers only HTTP/1.1.
-    pub lease_http1: bool,
-}
+#[cfg(feature = "test-hooks")]
+mod hooks;
+#[cfg(feature = "test-hooks")]
+pub use hooks::TestHooks;
 
-impl From<&cli::Flags> for TestHooks {
-    fn from(flags: &cli::Flags) -> Self {
-        Self {
-            wedge_lease_after: flags.test_wedge_lease_after,
-            crash_at: flags.test_crash_at,
-            lease_wire: flags.test_lease_content_type,
-            lease_http1: flags.test_lease_http1,
-        }
+/// The Lease loop's test switches: [`lease::Hooks`] with the `test-hooks` feature.
+#[cfg(feature = "test-hooks")]
+use crate::lease::Hooks as LeaseHooks;
+
+/// A shipped build's Lease loop has no test switches: nothing to pass.
+#[cfg(not(feature = "test-hooks"))]
+#[derive(Debug, Clone, Copy, Default)]
+struct LeaseHooks;
+
+#[cfg(not(feature = "test-hooks"))]
+impl LeaseHooks {
+    fn apply(self, cfg: LeaseLoop) -> LeaseLoop {
+        cfg
     }
 }
 
 /// Run until SIGTERM/SIGINT. Returns an error only when the agent cannot start.
-pub async fn run(settings: Settings, hooks: TestHooks) -> Result<(), Error> {
-    if let Some(plan) = hooks.crash_at {
-        crate::pki::files::crash::arm(plan);
-    }
-    if hooks.lease_http1 {
-        crate::api::conn::offer_http1_only();
-    }
+pub async fn run(settings: Settings) -> Result<(), Error> {
+    // A unit struct in a shipped build; the switches' defaults (all off) with `test-hooks`.
+    #[allow(clippy::default_constructed_unit_structs)]
+    let off = LeaseHooks::default();
+    start(settings, off).await
+}
+
+/// [`run`] with the test switches (`test-hooks` feature only).
+#[cfg(feature = "test-hooks")]
+pub async fn run_with_hooks(settings: Settings, hooks: TestHooks) -> Result<(), Error> {
+    start(settings, hooks.install()).await
+}
+
+async fn start(settings: Settings, hooks: LeaseHooks) -> Result<(), Error> {
     let health = Health::new(settings.renew_lease);
     let (trigger, shutdown) = shutdown::channel();
     let notifier = tokio::spawn(notify::run(health.clone(), shutdown.clone()));
@@ -179,7 +179,7 @@ struct Life<'a> {
     settings: &'a Settings,
     bootstrap: &'a Bootstrap<'a>,
     health: &'a Health,
-    hooks: TestHooks,
+    hooks: LeaseHooks,
     detected: &'a [std::net::IpAddr],
 }
 
@@ -410,7 +410,7 @@ impl LeaseTask {
         settings: &Settings,
         clients: &watch::Receiver<ApiClient>,
         health: &Health,
-        hooks: TestHooks,
+        hooks: LeaseHooks,
     ) -> Option<LeaseTask> {
         health.update(|s| s.lease.enabled = settings.renew_lease);
         METRICS.lease_duration_setting(settings.lease_duration);
@@ -421,13 +421,10 @@ impl LeaseTask {
         let (stop, shutdown) = shutdown::channel();
         let span = tracing::info_span!("lease", node = %settings.node_name);
         let handle = tokio::spawn(
-            LeaseLoop {
-                wedge_after: hooks.wedge_lease_after,
-                wire: hooks.lease_wire.unwrap_or_default(),
-                ..LeaseLoop::from(settings)
-            }
-            .run(clients.clone(), health.clone(), shutdown)
-            .instrument(span),
+            hooks
+                .apply(LeaseLoop::from(settings))
+                .run(clients.clone(), health.clone(), shutdown)
+                .instrument(span),
         );
         Some(LeaseTask { stop, handle })
     }
@@ -479,7 +476,7 @@ async fn apply(
     lease: Option<LeaseTask>,
     clients: &watch::Receiver<ApiClient>,
     health: &Health,
-    hooks: TestHooks,
+    hooks: LeaseHooks,
 ) -> Option<LeaseTask> {
     let mut applied = Vec::new();
     if new.verbosity != live.verbosity {

@@ -8,6 +8,8 @@ use std::time::Duration;
 use clap::{builder::BoolishValueParser, ArgAction, Args, Parser, Subcommand, ValueEnum};
 
 pub mod docs;
+#[cfg(feature = "test-hooks")]
+pub mod hooks;
 
 use crate::defaults;
 use crate::runtime::duration::{format_duration, parse_duration};
@@ -46,6 +48,10 @@ pub enum OutputFormat {
     /// One JSON object `{ok, rootCause, checks}`.
     Json,
 }
+
+/// The `--help` heading of the tuning knobs an operator rarely needs: real settings (each
+/// has a config file key), listed apart so the everyday flags stand out.
+const ADVANCED: &str = "Advanced settings";
 
 /// Flags shared by `run` and `doctor`. Every field is `None` unless given (no clap
 /// defaults): config.rs layers them over the config file and the `DEFAULT_*` consts.
@@ -152,62 +158,33 @@ pub struct Flags {
     #[arg(short = 'v', long = "verbose", action = ArgAction::Count)]
     pub verbose: u8,
 
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, hide = true, help = dflt(
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, help_heading = ADVANCED, help = dflt(
         "First wait after a denied or failed CSR", format_duration(defaults::DEFAULT_CSR_BACKOFF_MIN)))]
     pub csr_backoff_min: Option<Duration>,
 
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, hide = true, help = dflt(
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, help_heading = ADVANCED, help = dflt(
         "Longest wait between CSRs", format_duration(defaults::DEFAULT_CSR_BACKOFF_MAX)))]
     pub csr_backoff_max: Option<Duration>,
 
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, hide = true, help = dflt(
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, help_heading = ADVANCED, help = dflt(
         "Warn when an approved CSR has no certificate after this long",
         format_duration(defaults::DEFAULT_CSR_NOT_ISSUED_WARNING)))]
     pub csr_not_issued_warning: Option<Duration>,
 
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, hide = true, help = dflt(
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, help_heading = ADVANCED, help = dflt(
         "How often to look for the Node to own the Lease",
         format_duration(defaults::DEFAULT_LEASE_OWNER_LOOKUP_INTERVAL)))]
     pub lease_owner_lookup_interval: Option<Duration>,
 
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, hide = true, help = dflt(
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, help_heading = ADVANCED, help = dflt(
         "Grace period for in-flight work after SIGTERM",
         format_duration(defaults::DEFAULT_SHUTDOWN_GRACE)))]
     pub shutdown_grace: Option<Duration>,
 
-    /// Test only: the Lease loop stops making progress after DUR, so tests can prove that
-    /// the systemd watchdog restarts a wedged agent. Flag only; no config file key.
-    #[arg(long, value_name = "DUR", value_parser = parse_duration, hide = true)]
-    pub test_wedge_lease_after: Option<Duration>,
-
-    /// Test only: lets `--lease-renew-interval` go below its 1 s floor, so integration tests
-    /// see many renewals quickly. Flag only; no config file key.
-    #[arg(long, hide = true)]
-    pub test_short_lease_interval: bool,
-
-    /// Test only: SIGKILL the process right before its Nth file operation in the cert dir
-    /// or on the kubeconfig (`trace`: print each one), so crash tests can stop it between
-    /// any two steps of a write. Flag only; no config file key.
-    #[arg(long, value_name = "N|trace", hide = true)]
-    pub test_crash_at: Option<crate::pki::files::CrashPlan>,
-
-    /// Test only: how the Lease goes on the wire from the start, `protobuf` (the default,
-    /// as the kubelet sends it) or `json`, so tests and bench/proto.sh can compare the two.
-    /// Flag only; no config file key.
-    #[arg(long, value_name = "json|protobuf", hide = true)]
-    pub test_lease_content_type: Option<crate::api::protobuf::LeaseWire>,
-
-    /// Test only: the Lease connection offers only HTTP/1.1 by ALPN (HTTP/2 where the
-    /// server offers it, otherwise), so the bench can compare the two against one server.
-    /// Flag only; no config file key.
-    #[arg(long, hide = true)]
-    pub test_lease_http1: bool,
-
-    /// Test only: the certificate loops read the wall clock as the system clock plus the
-    /// signed whole seconds written in FILE, re-read at every reading, so tests can step
-    /// the clock forward and back without root. Flag only; no config file key.
-    #[arg(long, value_name = "FILE", hide = true)]
-    pub test_clock_offset_file: Option<std::path::PathBuf>,
+    /// The hidden `--test-*` flags; only in a build with the `test-hooks` feature.
+    #[cfg(feature = "test-hooks")]
+    #[command(flatten)]
+    pub test: hooks::TestFlags,
 }
 
 /// Parses `args` (including the program name). `Err` carries clap's message, and for

@@ -54,14 +54,9 @@ pub struct LeaseLoop {
     pub duration: Duration,
     pub owner_lookup: Duration,
     pub probe: Option<String>,
-    /// Test-only (`--test-wedge-lease-after`, set by the agent from `TestHooks`, never from
-    /// `Settings`): stop making progress after this long, to prove the watchdog restarts a
-    /// wedged agent.
-    pub wedge_after: Option<Duration>,
-    /// How the Lease goes on the wire at the start: protobuf, as the kubelet sends it
-    /// (JSON only from `--test-lease-content-type json`, set by the agent from
-    /// `TestHooks`); a server that refuses protobuf switches it to JSON for good.
-    pub wire: LeaseWire,
+    /// The test switches (`test-hooks` feature only, set by `agent::TestHooks`).
+    #[cfg(feature = "test-hooks")]
+    pub hooks: Hooks,
 }
 
 impl From<&Settings> for LeaseLoop {
@@ -72,8 +67,8 @@ impl From<&Settings> for LeaseLoop {
             duration: s.lease_duration,
             owner_lookup: s.lease_owner_lookup_interval,
             probe: s.lease_health_probe.clone(),
-            wedge_after: None,
-            wire: LeaseWire::Protobuf,
+            #[cfg(feature = "test-hooks")]
+            hooks: Hooks::default(),
         }
     }
 }
@@ -135,6 +130,26 @@ impl LeaseLoop {
         )
     }
 
+    /// The wire format a new loop starts with: protobuf, as the kubelet sends it.
+    #[cfg(not(feature = "test-hooks"))]
+    fn first_wire(&self) -> LeaseWire {
+        LeaseWire::Protobuf
+    }
+
+    /// The wire format a new loop starts with: protobuf unless a test switch says JSON.
+    #[cfg(feature = "test-hooks")]
+    fn first_wire(&self) -> LeaseWire {
+        self.hooks.wire
+    }
+
+    /// A connection of the loop's own, for `client`, sending Leases as `wire`.
+    fn connection(&self, client: &ApiClient, wire: LeaseWire) -> Connection {
+        let conn = Connection::new(client).with_lease_wire(wire);
+        #[cfg(feature = "test-hooks")]
+        let conn = self.hooks.connection(conn);
+        conn
+    }
+
     /// Renew until shutdown, always with the newest client from `clients`.
     pub async fn run(
         self,
@@ -159,9 +174,9 @@ impl LeaseLoop {
         let wire = if health.snapshot().lease.json {
             LeaseWire::Json
         } else {
-            r.cfg.wire
+            r.cfg.first_wire()
         };
-        let mut conn = Connection::new(&clients.borrow_and_update()).with_lease_wire(wire);
+        let mut conn = r.cfg.connection(&clients.borrow_and_update(), wire);
         METRICS.lease_protobuf(wire == LeaseWire::Protobuf);
         health.update(|s| s.lease.json = wire == LeaseWire::Json);
         let phase: f64 = rand::rng().random();
@@ -174,10 +189,8 @@ impl LeaseLoop {
                 () = ticker.sleep_until(at) => {}
                 () = shutdown.requested() => return,
             }
-            if r.cfg.wedge_after.is_some_and(|d| start.elapsed() >= d) {
-                tracing::warn!(
-                    "lease: --test-wedge-lease-after reached; the loop stops making progress"
-                );
+            #[cfg(feature = "test-hooks")]
+            if r.cfg.hooks.wedged(start) {
                 shutdown.requested().await;
                 return;
             }
@@ -185,7 +198,7 @@ impl LeaseLoop {
             if clients.has_changed().unwrap_or(false) {
                 // What the old connection learned (a server that refused protobuf) stays.
                 let wire = conn.lease_wire();
-                conn = Connection::new(&clients.borrow_and_update()).with_lease_wire(wire);
+                conn = r.cfg.connection(&clients.borrow_and_update(), wire);
                 tracing::info!(identity = %conn.identity(), "lease: switched to the new credentials");
             }
             // The next slot after now: slots missed by a slow renewal are skipped, not burst,
@@ -291,12 +304,16 @@ fn quick_retry_wait(
 }
 
 mod body;
+#[cfg(feature = "test-hooks")]
+mod hooks;
 mod owner;
 mod probe;
 mod renewer;
 mod writers;
 
 pub use body::{body, due, is_marked, next_renew_time, next_slot};
+#[cfg(feature = "test-hooks")]
+pub use hooks::Hooks;
 use renewer::{bystander_reads, other_writer, Renewer, OTHER_WRITER};
 use writers::Bystander;
 

@@ -44,9 +44,6 @@ fn main() -> ExitCode {
                 Err(e) => return fail(&e),
             };
             telemetry::init(settings.log_format, settings.verbosity);
-            if let Some(file) = &flags.test_clock_offset_file {
-                bootlet::runtime::clock::offset_by_file(file.clone());
-            }
             let runtime = match tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -54,7 +51,11 @@ fn main() -> ExitCode {
                 Ok(rt) => rt,
                 Err(e) => return fail(&e),
             };
-            match runtime.block_on(agent::run(settings, agent::TestHooks::from(&flags))) {
+            #[cfg(not(feature = "test-hooks"))]
+            let agent = agent::run(settings);
+            #[cfg(feature = "test-hooks")]
+            let agent = agent::run_with_hooks(settings, agent::TestHooks::from(&flags.test));
+            match runtime.block_on(agent) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => fail(&e),
             }

@@ -152,6 +152,45 @@ fn bad_serving_settings_are_one_line_naming_the_flag_or_key() {
     );
 }
 
+/// Every test flag, and the crash hook's line prefix: none is in a shipped binary.
+const HOOK_STRINGS: [&str; 7] = [
+    "--test-crash-at",
+    "--test-clock-offset-file",
+    "--test-wedge-lease-after",
+    "--test-short-lease-interval",
+    "--test-lease-content-type",
+    "--test-lease-http1",
+    "bootlet-test-crash",
+];
+
+/// A build without the `test-hooks` feature, as every shipped one (packaging/deb.sh, where
+/// .ci/run checks the packaged binary the same way): each test flag is an unknown argument
+/// (clap's exit 2), and no hook string is anywhere in the binary's bytes.
+#[test]
+#[cfg_attr(
+    feature = "test-hooks",
+    ignore = "checks the default build: cargo test --test cli (tests/run.sh runs it)"
+)]
+fn the_default_build_refuses_the_test_flags_and_carries_no_hook() {
+    for flag in &HOOK_STRINGS[..6] {
+        let (code, _, err) = bootlet(&["run", flag, "1"]);
+        assert_eq!(code, Some(2), "{flag}: {err}");
+        assert!(
+            err.contains(&format!("unexpected argument '{flag}'")),
+            "{flag}: {err}"
+        );
+    }
+    let binary = std::fs::read(env!("CARGO_BIN_EXE_bootlet")).expect("read the bootlet binary");
+    for hook in HOOK_STRINGS {
+        let name = hook.trim_start_matches('-');
+        assert!(
+            !binary.windows(name.len()).any(|w| w == name.as_bytes()),
+            "{name:?} is in {}",
+            env!("CARGO_BIN_EXE_bootlet")
+        );
+    }
+}
+
 /// The generated bash completion, sourced by a real bash: subcommands, flags and values.
 #[test]
 fn bash_completes_subcommands_flags_and_values() {

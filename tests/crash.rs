@@ -511,6 +511,10 @@ fn report(what: &str, tally: &Tally, started: tokio::time::Instant) {
     }
 }
 
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_before_any_file_operation_of_a_bootstrap_leaves_a_node_that_recovers() {
     let started = tokio::time::Instant::now();
@@ -521,6 +525,10 @@ async fn a_kill_before_any_file_operation_of_a_bootstrap_leaves_a_node_that_reco
     assert!(tally.kills["bootstrap"] >= 20, "{tally:?}");
 }
 
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kill_before_any_file_operation_of_a_rotation_leaves_a_node_that_recovers() {
     let started = tokio::time::Instant::now();
@@ -536,6 +544,10 @@ async fn a_kill_before_any_file_operation_of_a_rotation_leaves_a_node_that_recov
 
 /// Random moments, network steps included: each run is killed after a random delay up to
 /// a little more than a whole bootstrap or rotation takes, restarted at once, checked.
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kills_at_random_moments_of_bootstrap_and_rotation_leave_a_node_that_recovers() {
     let started = tokio::time::Instant::now();
@@ -589,6 +601,10 @@ async fn kills_at_random_moments_of_bootstrap_and_rotation_leave_a_node_that_rec
 /// A kill while a rotation rewrites the kubeconfig leaves its temp file beside the
 /// kubeconfig, outside the cert dir that the start sweeps; the next start removes it too,
 /// even when it writes no kubeconfig (nothing due).
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kubeconfig_temp_file_left_by_a_kill_is_removed_at_the_next_start() {
     let tp = plane(Approval::Auto).await;

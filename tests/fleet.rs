@@ -82,6 +82,10 @@ fn since(t: SystemTime, origin: SystemTime) -> Duration {
     t.duration_since(origin).unwrap_or_default()
 }
 
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn twenty_agents_started_together_renew_spread_and_come_back_spread_after_an_outage() {
     let tp = TestPlane::builder()

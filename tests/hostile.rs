@@ -357,6 +357,10 @@ async fn a_csr_renamed_under_the_watch_is_ignored_and_listed_again() {
 
 /// Lease answers that are not JSON, or larger than the cap: each renewal fails with a line
 /// naming why, and the next renewal after the server behaves succeeds.
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn lease_answers_that_are_not_json_or_over_the_cap_fail_the_renewal_and_it_recovers() {
     let tp = support::plane(HOUR).await;

@@ -81,6 +81,10 @@ fn lease_renew_time(tp: &TestPlane, node: &str) -> Option<jiff::Timestamp> {
         .map(|t| t.0)
 }
 
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn cadence_is_exact_with_one_request_per_renewal_over_one_connection() {
     let tp = plane(HOUR).await;
@@ -143,6 +147,10 @@ async fn cadence_is_exact_with_one_request_per_renewal_over_one_connection() {
 /// its quiet stretches are covered by TCP keepalive in the kernel, well under the grace
 /// period: `ss` shows a keepalive timer of at most 15 s on every socket bootlet holds to
 /// the API server between renewals.
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn the_kernel_keeps_the_idle_lease_connection_alive() {
     let tp = plane(HOUR).await;
@@ -182,6 +190,10 @@ fn keepalive(line: &str) -> Option<f64> {
     Some(num.parse::<f64>().ok()? * scale)
 }
 
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn recovers_from_conflict_500s_and_429() {
     let tp = plane(HOUR).await;
@@ -208,6 +220,10 @@ async fn recovers_from_conflict_500s_and_429() {
     );
 }
 
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn the_first_renewal_after_an_outage_comes_within_one_interval() {
     let tp = plane(HOUR).await;
@@ -237,6 +253,10 @@ async fn the_first_renewal_after_an_outage_comes_within_one_interval() {
 /// like, the next renewal goes over a fresh connection. Here the server is only slow (its
 /// TCP stack still acknowledges), so the kernel's keepalive would have kept the old
 /// connection: the switch is bootlet's own decision.
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn a_renewal_without_an_answer_is_abandoned_and_moves_to_a_fresh_connection() {
     let tp = plane(HOUR).await;
@@ -270,6 +290,10 @@ async fn a_renewal_without_an_answer_is_abandoned_and_moves_to_a_fresh_connectio
     assert!(last_gap < Duration::from_millis(1300), "{last_gap:?}");
 }
 
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn a_slow_server_never_gets_concurrent_renewals() {
     let tp = plane(HOUR).await;
@@ -298,6 +322,10 @@ async fn a_slow_server_never_gets_concurrent_renewals() {
     assert!(overlapping <= 1, "renewals piled up: {writes:?}");
 }
 
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn the_owner_reference_appears_once_the_node_exists() {
     let tp = plane(HOUR).await;
@@ -423,6 +451,10 @@ fn writes_since(tp: &TestPlane, node: &str, since: SystemTime) -> usize {
 /// stopped, its next PUT succeeded and it renewed from then on, keeping the node Ready with
 /// no kubelet. Now it stops writing once it has seen another writer, and when that writer
 /// stops it says so once, at error level, and still writes nothing.
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn a_second_writer_that_stops_is_never_replaced() {
     let tp = plane(HOUR).await;
@@ -473,6 +505,10 @@ async fn a_second_writer_that_stops_is_never_replaced() {
 /// just sent, re-read the Lease, took its own renewTime for another writer's and stopped
 /// renewing for good. Now a write is never replayed, and every renewTime bootlet wrote is
 /// recognised as its own: the renewals go on.
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn a_renewal_applied_and_left_unanswered_is_taken_for_its_own() {
     let tp = plane(HOUR).await;
@@ -501,6 +537,10 @@ async fn a_renewal_applied_and_left_unanswered_is_taken_for_its_own() {
 /// again. Now a Lease whose renewTime does not carry bootlet's mark was renewed last by
 /// someone else, and the restarted bootlet stands aside before its first write, while a
 /// restart after its own renewals (marked) goes on renewing.
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn a_restart_does_not_forget_the_other_writer() {
     let tp = plane(HOUR).await;
@@ -541,6 +581,10 @@ async fn a_restart_does_not_forget_the_other_writer() {
 /// with the old certificate (403 on every renewal, the real node NotReady) while the log
 /// said nodeName needed a restart. Now the loop is built from the running settings plus the
 /// reloadable keys: the new cadence applies, the node stays the one it runs as.
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn a_reload_restarts_the_lease_loop_without_its_restart_only_keys() {
     let tp = plane(HOUR).await;
@@ -586,6 +630,10 @@ async fn a_reload_restarts_the_lease_loop_without_its_restart_only_keys() {
 
 /// With a health probe that answers, a writer that stopped may be replaced, and the
 /// takeover is an error-level line; while the other writer renews, bootlet still stays out.
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn with_an_answering_probe_bootlet_takes_over_from_a_writer_that_stopped() {
     let (url, _healthy) = healthz(true).await;
@@ -624,6 +672,10 @@ async fn with_an_answering_probe_bootlet_takes_over_from_a_writer_that_stopped()
 /// it again with the dead Node's UID (to be collected again, every period). Now a Lease
 /// that is gone makes bootlet look the Node up again before it creates one, still without
 /// a Node lookup per renewal.
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn a_re_registered_node_gets_its_new_uid_in_the_recreated_lease() {
     let tp = plane(HOUR).await;
@@ -694,6 +746,10 @@ async fn a_re_registered_node_gets_its_new_uid_in_the_recreated_lease() {
 /// Before: `Retry-After: 18446744073709551615` on a Lease answer overflowed `Instant +
 /// Duration` and panicked the Lease task: no renewal ever again. Now a hint longer than
 /// the interval ends that period's retries and the next slot renews as usual.
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn a_huge_retry_after_does_not_stop_the_renewals() {
     let tp = plane(HOUR).await;
@@ -710,6 +766,10 @@ async fn a_huge_retry_after_does_not_stop_the_renewals() {
     assert!(codes.contains(&429), "{codes:?}");
 }
 
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn renew_lease_false_leaves_the_lease_alone() {
     let tp = plane(HOUR).await;
@@ -752,6 +812,10 @@ async fn healthz(healthy: bool) -> (String, Arc<AtomicBool>) {
     (url, healthy)
 }
 
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn the_health_probe_gates_renewals() {
     let (url, healthy) = healthz(true).await;

@@ -36,6 +36,10 @@ fn is_write(r: &RequestRecord) -> bool {
     r.method == "PUT" || r.method == "POST"
 }
 
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn protobuf_is_what_goes_on_the_wire_by_default() {
     let tp = plane(HOUR).await;
@@ -81,6 +85,10 @@ async fn protobuf_is_what_goes_on_the_wire_by_default() {
     assert!(tp.unexpected_requests().is_empty());
 }
 
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn a_deleted_lease_comes_back_through_protobuf_errors() {
     // The PUT of a Lease that is gone fails its UID precondition (409, a protobuf Status);
@@ -122,6 +130,10 @@ async fn a_deleted_lease_comes_back_through_protobuf_errors() {
     assert!(!log.contains(FALLBACK), "{log}");
 }
 
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn a_server_that_refuses_protobuf_gets_one_refused_request_then_json() {
     let tp = plane(HOUR).await;
@@ -170,6 +182,10 @@ async fn a_server_that_refuses_protobuf_gets_one_refused_request_then_json() {
     assert!(tp.unexpected_requests().is_empty());
 }
 
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn the_fallback_outlives_a_lease_loop_restarted_by_a_reload() {
     let tp = plane(HOUR).await;
@@ -200,6 +216,10 @@ async fn the_fallback_outlives_a_lease_loop_restarted_by_a_reload() {
     assert_eq!(log.matches(FALLBACK).count(), 1, "{log}");
 }
 
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn the_json_flag_sends_json() {
     let tp = plane(HOUR).await;
@@ -223,6 +243,10 @@ async fn the_json_flag_sends_json() {
 
 /// `--test-lease-http1` (the bench's way to compare the two on one server): the Lease goes
 /// over HTTP/1.1 though the server offers HTTP/2, protobuf still.
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn the_http1_flag_offers_only_http1() {
     let tp = plane(HOUR).await;
@@ -313,6 +337,10 @@ async fn per_renewal(wire: &str, http1: bool, n: usize, interval: Duration) -> (
 /// the headers that do not change as table indexes. `bash bench/proto.sh` runs this with
 /// `PROTO_RENEWALS=50` in a release build for docs/performance.md's figures; the suite's 8 renewals
 /// are enough for the bytes (the same every renewal), not for the CPU.
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn bytes_and_cpu_per_renewal() {
     let n: usize = std::env::var("PROTO_RENEWALS")

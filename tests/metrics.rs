@@ -270,6 +270,10 @@ async fn a_taken_port_is_one_error_line_and_the_agent_runs_on() {
     assert!(status.success());
 }
 
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn a_wedged_loop_turns_healthz_500() {
     let tp = support::plane(Duration::from_secs(3600)).await;
@@ -335,6 +339,10 @@ async fn record_until_renewals(
     .expect("Lease renewals in time");
 }
 
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn an_identity_no_longer_used_leaves_no_connection_open() {
     // Certificates of 8 s rotate at 75 %: a rotation every ~6 s.

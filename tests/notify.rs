@@ -144,6 +144,10 @@ async fn ready_waits_for_the_certificate_then_stopping_exits_0() {
     );
 }
 
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn watchdog_pings_within_half_the_period_and_stop_when_the_lease_loop_wedges() {
     let tp = plane_approving(HOUR, Approval::Auto).await;
@@ -185,6 +189,10 @@ async fn watchdog_pings_within_half_the_period_and_stop_when_the_lease_loop_wedg
     assert!(status.success());
 }
 
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn sighup_reloads_the_config_live_and_keeps_running_on_a_bad_file() {
     let tp = plane_approving(HOUR, Approval::Auto).await;

@@ -70,6 +70,10 @@ fn spki_of(path: &std::path::Path) -> Vec<u8> {
     chain[0].0.spki_der.clone()
 }
 
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn rotates_at_75_percent_through_the_client_certificate_with_a_new_key() {
     let tp = plane(8).await;
@@ -148,6 +152,10 @@ fn pem_files(node: &NodeDir) -> Vec<String> {
     v
 }
 
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn default_jitter_rotates_between_70_and_80_percent() {
     let tp = plane(10).await;
@@ -170,6 +178,10 @@ async fn default_jitter_rotates_between_70_and_80_percent() {
     agent.terminate().await;
 }
 
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn a_restart_in_the_middle_of_a_rotation_finds_the_same_csr() {
     let tp = plane(6).await;
@@ -195,6 +207,10 @@ async fn a_restart_in_the_middle_of_a_rotation_finds_the_same_csr() {
     );
 }
 
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn an_expired_certificate_falls_back_to_bootstrap() {
     let tp = plane(4).await;
@@ -226,6 +242,10 @@ async fn an_expired_certificate_falls_back_to_bootstrap() {
     );
 }
 
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn a_denied_rotation_keeps_the_current_certificate_in_use() {
     let tp = plane(8).await;
@@ -260,6 +280,10 @@ async fn a_denied_rotation_keeps_the_current_certificate_in_use() {
     );
 }
 
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn an_outside_replacement_is_adopted() {
     // 40 s certificates: bootlet looks for outside changes every 2 s (a twentieth).
@@ -283,6 +307,10 @@ async fn an_outside_replacement_is_adopted() {
     agent.terminate().await;
 }
 
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn old_certificate_files_are_pruned_beyond_keep_certificates() {
     let tp = plane(2).await;
@@ -306,6 +334,10 @@ async fn old_certificate_files_are_pruned_beyond_keep_certificates() {
     );
 }
 
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn a_server_clock_far_from_ours_is_reported_once() {
     let tp = plane(3600).await;
@@ -328,6 +360,10 @@ async fn a_server_clock_far_from_ours_is_reported_once() {
 /// fallback ran every second (`max(remaining/10, 1 s)` is 1 s at zero): measured 29 CSR
 /// requests and 61 warning-or-error lines in the 30 s after expiry. Now the contract's
 /// back-off (at least 1 min) applies after any refusal and after expiry.
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn after_expiry_with_rotation_denied_and_a_dead_token_the_agent_backs_off() {
     let tp = plane(6).await;
@@ -420,6 +456,10 @@ async fn after_expiry_with_rotation_denied_and_a_dead_token_the_agent_backs_off(
 
 /// Regression: a rotation that timed out waiting for approval threw its key away, so every
 /// retry filed another CSR. Now the key stays and the next attempt adopts the same CSR.
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn a_rotation_that_times_out_keeps_its_key_and_adopts_the_same_csr() {
     // 20 s: the retry after the 1 s timeout comes ~1 s later, well before expiry (at 8 s a
@@ -452,6 +492,10 @@ async fn a_rotation_that_times_out_keeps_its_key_and_adopts_the_same_csr() {
 /// correction neither the rotation nor the expiry fallback came for a day, and the
 /// certificate expired with nothing happening. Now the retry is monotonic, `fell_back`
 /// clears while the certificate is valid, and the rotation comes at its deadline.
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn a_clock_step_past_expiry_and_back_postpones_nothing() {
     let tp = TestPlane::builder()

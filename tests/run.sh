@@ -5,7 +5,10 @@
 # (testplane/kube: cached in GOCACHE/GOMODCACHE and target/kube, seconds when warm), then
 # runs the whole suite: every unit and integration test of the workspace, the real-cluster
 # binaries (tests/kube_*.rs) beside the rest, since they spend their time waiting for
-# certificates to age while the others keep the cores busy.
+# certificates to age while the others keep the cores busy. Everything is built with the
+# `test-hooks` feature (the hidden --test-* flags most integration tests start bootlet
+# with; without it they are ignored, never passed), then tests/cli.rs once more without
+# it: the shipped build refuses those flags and carries none of their strings.
 #   bash tests/run.sh                  # everything (~9 minutes on 2 cores, warm caches)
 #   bash tests/run.sh --serial         # one test binary at a time, as plain cargo test does
 #   bash tests/run.sh --install-only   # only install what is missing (.ci/run does this first)
@@ -63,13 +66,22 @@ have go || apt_install golang-go
 go version
 $install_only && exit 0
 
+# One feature set for every invocation below but the last, so nothing is compiled twice.
+features=(--features bootlet/test-hooks)
+# The default build's own check (tests/cli.rs), after the rest: only bootlet itself is
+# compiled again, without the feature.
+default_build() { cargo test --workspace --locked --test cli; }
+
 echo "== build (the workspace's tests, then the Kubernetes components)" >&2
-cargo test --workspace --locked --no-run
+cargo test --workspace --locked "${features[@]}" --no-run
 # Its own progress on stderr; seconds when target/kube/kube is newer than its sources.
 cargo run --quiet --locked -p bootlet-testplane -- kube-build
 
 if $serial; then
-  exec cargo test --workspace --locked --no-fail-fast
+  status=0
+  cargo test --workspace --locked "${features[@]}" --no-fail-fast || status=$?
+  default_build || { s=$?; [ $status != 0 ] || status=$s; }
+  exit $status
 fi
 
 # The real-cluster binaries in the background, one after another (each starts a cluster
@@ -91,13 +103,13 @@ kube_log=target/tests-kube.log
 started=$SECONDS
 # A process group of its own, so an interrupted run stops the test binaries (and, through
 # them, their clusters) too.
-setsid cargo test --workspace --locked --no-fail-fast "${kube_targets[@]}" >"$kube_log" 2>&1 &
+setsid cargo test --workspace --locked "${features[@]}" --no-fail-fast "${kube_targets[@]}" >"$kube_log" 2>&1 &
 kube_pid=$!
 trap 'kill -- "-$kube_pid" 2>/dev/null || true' EXIT
 
 status=0
-cargo test --workspace --locked --no-fail-fast --lib --bins "${rest_targets[@]}" || status=$?
-cargo test --workspace --locked --doc || { s=$?; [ $status != 0 ] || status=$s; }
+cargo test --workspace --locked "${features[@]}" --no-fail-fast --lib --bins "${rest_targets[@]}" || status=$?
+cargo test --workspace --locked "${features[@]}" --doc || { s=$?; [ $status != 0 ] || status=$s; }
 echo "== the rest done in $((SECONDS - started)) s; waiting for the real-cluster tests" >&2
 
 kube_status=0
@@ -106,4 +118,6 @@ trap - EXIT
 echo "== the real-cluster tests (tests/kube_*.rs), done in $((SECONDS - started)) s"
 cat "$kube_log"
 [ $status = 0 ] && status=$kube_status
+echo "== the default build (tests/cli.rs without test-hooks)" >&2
+default_build || { s=$?; [ $status != 0 ] || status=$s; }
 exit $status

@@ -195,11 +195,19 @@ async fn no_secret_in_any_line(format: &str, verbosity: &str) {
     assert!(leak(&format!("Bearer {fresh}"), &tokens, &slices).is_some());
 }
 
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn no_secret_in_any_text_log_line_with_http_traces() {
     no_secret_in_any_line("text", "-vv").await;
 }
 
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn no_secret_in_any_json_log_line_with_http_traces() {
     no_secret_in_any_line("json", "-vv").await;
@@ -207,6 +215,10 @@ async fn no_secret_in_any_json_log_line_with_http_traces() {
 
 /// `-vvv` adds the dependencies' traces (HTTP/2 frames, HPACK, TLS handshake messages):
 /// about 25 times the lines, still no secret.
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test]
 async fn no_secret_in_any_line_with_dependency_traces() {
     no_secret_in_any_line("text", "-vvv").await;

@@ -514,6 +514,10 @@ async fn install(c: &Container, share: &Path) {
     );
 }
 
+#[cfg_attr(
+    not(feature = "test-hooks"),
+    ignore = "needs --features test-hooks (bash tests/run.sh)"
+)]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bootlet_service_under_a_real_systemd() {
     let Setup {

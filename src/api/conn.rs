@@ -18,7 +18,6 @@
 //! for it (an HTTP CONNECT tunnel, TLS inside), verifying and naming the server by its
 //! `tls-server-name` when the kubeconfig sets one.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -52,15 +51,6 @@ mod lease;
 mod sender;
 
 use sender::{BodyError, Sender};
-
-/// Set by `--test-lease-http1`: connections made from now on offer only HTTP/1.1.
-static HTTP1_ONLY: AtomicBool = AtomicBool::new(false);
-
-/// Test hook (`--test-lease-http1`): connections made from now on offer only HTTP/1.1 by
-/// ALPN, so the bench can compare HTTP/1.1 with HTTP/2 against one server.
-pub fn offer_http1_only() {
-    HTTP1_ONLY.store(true, Ordering::Relaxed);
-}
 
 /// The media type of JSON bodies, sent and asked for.
 const JSON: &str = "application/json";
@@ -98,15 +88,9 @@ struct Target {
 impl Connection {
     /// A connection for `client`'s server and identity; nothing is opened yet.
     pub fn new(client: &ApiClient) -> Self {
-        let mut tls = client.inner.tls.clone();
-        let offer = match HTTP1_ONLY.load(Ordering::Relaxed) {
-            true => &sender::ALPN[1..],
-            false => &sender::ALPN[..],
-        };
-        tls.alpn_protocols = offer.iter().map(|p| p.to_vec()).collect();
         Self {
             client: client.clone(),
-            tls: TlsConnector::from(Arc::new(tls)),
+            tls: connector(client, &sender::ALPN[..]),
             target: target(
                 &client.inner.server,
                 client.inner.server_name.clone(),
@@ -121,6 +105,15 @@ impl Connection {
     /// one it replaces learned: a server that refused protobuf is not asked again).
     pub fn with_lease_wire(mut self, wire: LeaseWire) -> Self {
         self.lease_wire = wire;
+        self
+    }
+
+    /// Test hook (`--test-lease-http1`, `test-hooks` feature only): the same connection
+    /// offering only HTTP/1.1 by ALPN, so the bench can compare HTTP/1.1 with HTTP/2
+    /// against one server. Call it before the first exchange.
+    #[cfg(feature = "test-hooks")]
+    pub fn offering_http1_only(mut self) -> Self {
+        self.tls = connector(&self.client, &sender::ALPN[1..]);
         self
     }
 
@@ -390,6 +383,13 @@ async fn tunnel_with(
         return Err(format!("proxy {proxy} sent data before the TLS handshake").into());
     }
     Ok(parts.io.into_inner())
+}
+
+/// The client's TLS configuration offering `alpn`.
+fn connector(client: &ApiClient, alpn: &[&[u8]]) -> TlsConnector {
+    let mut tls = client.inner.tls.clone();
+    tls.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    TlsConnector::from(Arc::new(tls))
 }
 
 /// A TCP connection to `host:port`: its addresses from `resolver`, raced RFC 8305 style

@@ -52,13 +52,15 @@ pub enum LeaseWire {
     /// `application/vnd.kubernetes.protobuf`, as the kubelet sends it (the default).
     #[default]
     Protobuf,
-    /// `application/json`: the `--test-lease-content-type json` choice, and what a
-    /// connection falls back to once a server refuses protobuf (406/415).
+    /// `application/json`: what a connection falls back to once a server refuses protobuf
+    /// (406/415); a test build can start with it (`--test-lease-content-type json`).
     Json,
 }
 
 // === impl LeaseWire ===
 
+/// `--test-lease-content-type` (`cli/hooks.rs`).
+#[cfg(feature = "test-hooks")]
 impl std::str::FromStr for LeaseWire {
     type Err = String;
 

@@ -269,7 +269,7 @@ mod tests {
             for want in ["doctor", "rotate-certificates", "bootstrap-kubeconfig"] {
                 assert!(text.contains(want), "{} lacks {want}", f.display());
             }
-            for hidden in ["generate", "test-crash-at", "csr-backoff-min"] {
+            for hidden in ["generate", "test-crash-at"] {
                 assert!(!text.contains(hidden), "{} completes {hidden}", f.display());
             }
         }

@@ -30,12 +30,7 @@ impl Settings {
         kubelet: &KubeletView,
     ) -> Result<Settings, ConfigError> {
         let (settings, at) = Settings::layer(file, flags, kubelet)?;
-        let renew_floor = if flags.test_short_lease_interval {
-            POSITIVE
-        } else {
-            MIN_LEASE_RENEW_INTERVAL
-        };
-        settings.validate(&at, renew_floor)?;
+        settings.validate(&at, renew_floor(flags))?;
         Ok(settings)
     }
 
@@ -290,6 +285,22 @@ impl Settings {
 
 /// The floor of a duration that must not be zero.
 const POSITIVE: Duration = Duration::from_nanos(1);
+
+/// The floor of `leaseRenewInterval`.
+#[cfg(not(feature = "test-hooks"))]
+fn renew_floor(_: &Flags) -> Duration {
+    MIN_LEASE_RENEW_INTERVAL
+}
+
+/// The floor of `leaseRenewInterval`; `--test-short-lease-interval` lowers it to just above
+/// zero, so integration tests see many renewals quickly.
+#[cfg(feature = "test-hooks")]
+fn renew_floor(flags: &Flags) -> Duration {
+    match flags.test.short_lease_interval {
+        true => POSITIVE,
+        false => MIN_LEASE_RENEW_INTERVAL,
+    }
+}
 
 /// `value` in [`min`, `max`], or the problem in words.
 fn within(value: Duration, min: Duration, max: Duration) -> Result<(), String> {

@@ -601,7 +601,12 @@ fn the_lease_renew_interval_is_at_least_one_second() {
     );
     let s = settings(None, &["--lease-renew-interval=1s", "--lease-duration=2s"]).unwrap();
     assert_eq!(s.lease_renew_interval, Duration::from_secs(1));
-    // Only the hidden test switch lowers the floor, and never to zero.
+}
+
+/// Only the hidden test switch (a `test-hooks` build) lowers the floor, and never to zero.
+#[cfg(feature = "test-hooks")]
+#[test]
+fn the_test_switch_lowers_the_lease_renew_interval_floor_above_zero() {
     let short = ["--test-short-lease-interval", "--lease-duration=1s"];
     let s = settings(
         None,

@@ -1,7 +1,7 @@
 //! The cert dir in the kubelet's layout: timestamped `kubelet-client-*.pem` (chain then
 //! key, 0600), the atomically swapped `kubelet-client-current.pem` symlink, the pending
 //! key, and `write_atomic` for every file bootlet writes. Does not validate certificates.
-//! Every file operation goes through the [`Fs`] seam (`RealFs` in production).
+//! Every file operation goes through the [`Fs`] seam ([`HostFs`] in production).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -11,12 +11,14 @@ use super::{split_pem, CertProfile, NodeKey, PrivateKeyPem};
 
 use atomic::{create_temp, remove_temps, sync_dir, write_error, InFlight};
 pub use atomic::{sweep_temps_of, sweep_temps_of_in, write_atomic, write_atomic_in};
-pub use crash::CrashPlan;
+#[cfg(feature = "test-hooks")]
+pub use crash::{CrashFs, CrashPlan};
 pub use fs::{Fs, Kind, Meta, RealFs};
 use names::{is_temp_name, temp_name};
 pub use read::{read_bounded, read_text_bounded, refusal, Refusal};
 
 mod atomic;
+#[cfg(feature = "test-hooks")]
 pub mod crash;
 mod fs;
 mod names;
@@ -24,6 +26,16 @@ mod prune;
 mod read;
 #[cfg(test)]
 pub(crate) mod sim;
+
+/// The filesystem bootlet writes its files through: [`RealFs`], `std::fs` itself; in a
+/// build with the `test-hooks` feature, wrapped in the crash points (`crash::CrashFs`), which do
+/// nothing until `--test-crash-at` arms them.
+#[cfg(not(feature = "test-hooks"))]
+pub type HostFs = RealFs;
+/// The filesystem bootlet writes its files through: [`RealFs`] wrapped in the crash points,
+/// which do nothing until `--test-crash-at` arms them (`test-hooks` feature).
+#[cfg(feature = "test-hooks")]
+pub type HostFs = CrashFs<RealFs>;
 
 /// The symlink the kubelet and kubelet.conf read.
 pub const CURRENT_FILE: &str = "kubelet-client-current.pem";
@@ -95,7 +107,7 @@ pub enum FilesError {
 /// prefix (`kubelet-client` from `open`; [`CertDir::for_profile`] for another), on the
 /// filesystem `F` (the real one unless a test says otherwise).
 #[derive(Clone, Debug)]
-pub struct CertDir<F: Fs = RealFs> {
+pub struct CertDir<F: Fs = HostFs> {
     dir: PathBuf,
     prefix: &'static str,
     fs: F,
@@ -109,7 +121,7 @@ impl CertDir {
     /// in production); tightens a looser mode to 0700; removes the temp files a crash left
     /// (`.*.tmp-RANDOM`). The caller is the only writer of the dir while it opens it.
     pub fn open(dir: &Path) -> Result<CertDir, FilesError> {
-        CertDir::open_in(RealFs, dir)
+        CertDir::open_in(HostFs::default(), dir)
     }
 
     /// A read-only view of `dir`, for a tool that must change nothing (doctor): no creation,
@@ -118,7 +130,7 @@ impl CertDir {
         CertDir {
             dir: std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf()),
             prefix: CLIENT_PREFIX,
-            fs: RealFs,
+            fs: HostFs::default(),
         }
     }
 }

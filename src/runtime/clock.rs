@@ -1,21 +1,10 @@
 //! The wall clock the certificate loops read (rotation deadlines, expiry): the system
-//! clock, which tests can step without root — the binary through the hidden
-//! `--test-clock-offset-file`, this crate's unit tests per thread. Retry delays and
-//! heartbeats are monotonic (tokio's clock) and never read this.
+//! clock, which tests can step without root — this crate's unit tests per thread, and,
+//! only in a build with the `test-hooks` feature, the binary through the hidden
+//! `--test-clock-offset-file`. Retry delays and heartbeats are monotonic (tokio's clock)
+//! and never read this.
 
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::time::{Duration, SystemTime};
-
-/// Set once, by the hidden test flag; never in production.
-static OFFSET_FILE: OnceLock<PathBuf> = OnceLock::new();
-
-/// Test only: from now on [`now`] is the system clock plus the signed whole seconds written
-/// in `path` (`3600`, `-60`), read again at every reading, so a test steps the agent's clock
-/// by rewriting the file. A missing or unparsable file counts as 0.
-pub fn offset_by_file(path: PathBuf) {
-    let _ = OFFSET_FILE.set(path);
-}
 
 /// The wall clock: `SystemTime::now()`, shifted only under the test switches.
 pub fn now() -> SystemTime {
@@ -26,16 +15,48 @@ fn offset_secs() -> i64 {
     if let Some(secs) = tests_offset() {
         return secs;
     }
-    OFFSET_FILE.get().map_or(0, |path| file_offset(path))
+    file::offset()
 }
 
-/// The signed whole seconds in `path`; 0 when it is missing or holds anything else.
-fn file_offset(path: &Path) -> i64 {
-    std::fs::read_to_string(path)
-        .ok()
-        .and_then(|text| text.trim().parse().ok())
-        .unwrap_or(0)
+#[cfg(not(feature = "test-hooks"))]
+mod file {
+    /// No offset file in a shipped build.
+    pub(super) fn offset() -> i64 {
+        0
+    }
 }
+
+/// The offset file (`--test-clock-offset-file`): set once per process, by the test hooks
+/// at start; a process-wide setting, as the clock it shifts is.
+#[cfg(feature = "test-hooks")]
+mod file {
+    use std::path::{Path, PathBuf};
+    use std::sync::OnceLock;
+
+    static OFFSET_FILE: OnceLock<PathBuf> = OnceLock::new();
+
+    /// From now on [`super::now`] is the system clock plus the signed whole seconds
+    /// written in `path` (`3600`, `-60`), read again at every reading, so a test steps the
+    /// agent's clock by rewriting the file. A missing or unparsable file counts as 0.
+    pub fn offset_by_file(path: PathBuf) {
+        let _ = OFFSET_FILE.set(path);
+    }
+
+    pub(super) fn offset() -> i64 {
+        OFFSET_FILE.get().map_or(0, |path| file_offset(path))
+    }
+
+    /// The signed whole seconds in `path`; 0 when it is missing or holds anything else.
+    pub(super) fn file_offset(path: &Path) -> i64 {
+        std::fs::read_to_string(path)
+            .ok()
+            .and_then(|text| text.trim().parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+#[cfg(feature = "test-hooks")]
+pub use file::offset_by_file;
 
 /// `t` moved by `secs` (either way), or `t` itself where that leaves `SystemTime`'s range.
 fn shifted(t: SystemTime, secs: i64) -> SystemTime {
@@ -95,8 +116,10 @@ mod tests {
         assert_eq!(shifted(t, i64::MAX), t, "out of range: unshifted");
     }
 
+    #[cfg(feature = "test-hooks")]
     #[test]
     fn a_file_offset_is_read_at_every_reading() {
+        use super::file::file_offset;
         // Not armed here: the switch is process-wide, and other tests read the clock.
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("offset");

@@ -38,8 +38,9 @@ pub struct LeaseState {
     /// Why the loop does not write (health probe down, another writer).
     pub paused: Option<Paused>,
     /// The Lease goes on the wire as JSON, not protobuf: the API server refused protobuf
-    /// (406/415), or `--test-lease-content-type json`. Kept for the life of the process, so
-    /// a Lease loop restarted by a reload does not ask a refusing server again.
+    /// (406/415), or a test build's `--test-lease-content-type json`. Kept for the life of
+    /// the process, so a Lease loop restarted by a reload does not ask a refusing server
+    /// again.
     pub json: bool,
 }
 

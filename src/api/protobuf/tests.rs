@@ -166,6 +166,7 @@ fn wrong_bodies_are_refused_with_a_reason() {
     assert!(decode_lease(&truncated).is_err());
 }
 
+#[cfg(feature = "test-hooks")]
 #[test]
 fn the_wire_flag_values() {
     assert_eq!("json".parse::<LeaseWire>(), Ok(LeaseWire::Json));

@@ -8,9 +8,9 @@ use std::ops::Deref;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
-use super::fs::{Fs, RealFs};
+use super::fs::Fs;
 use super::names::{is_temp_name, temp_name};
-use super::FilesError;
+use super::{FilesError, HostFs};
 
 /// Writes `bytes` to `path` so a reader sees the old content or the new, never a mix:
 /// a temp file in the same directory (O_EXCL, `mode` from creation), write, fsync,
@@ -18,7 +18,7 @@ use super::FilesError;
 /// write could not remove (its filesystem went read-only under it) go first: one writer
 /// writes a given file, one write at a time, so none of them is in flight.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<(), FilesError> {
-    write_atomic_in(&RealFs, path, bytes, mode)
+    write_atomic_in(&HostFs::default(), path, bytes, mode)
 }
 
 /// [`write_atomic`] through `fs`.
@@ -142,7 +142,7 @@ pub(super) fn write_error<F: Fs>(fs: &F, path: &Path, source: io::Error) -> File
 /// whose directory `CertDir::open` does not sweep. Call it only while no write of `path`
 /// is in flight. A missing directory has none. Returns the names removed.
 pub fn sweep_temps_of(path: &Path) -> Result<Vec<String>, FilesError> {
-    sweep_temps_of_in(&RealFs, path)
+    sweep_temps_of_in(&HostFs::default(), path)
 }
 
 /// [`sweep_temps_of`] through `fs`.

@@ -1,13 +1,18 @@
-//! Test-only crash points on the real filesystem (`--test-crash-at`, a hidden flag that
-//! reaches here through `agent::TestHooks`, never the config file): SIGKILL the process
-//! right before its Nth file operation, or before the Nth one with a given label, or trace
-//! every operation. Disarmed, one load.
+//! Test-only crash points on the file seam, compiled only with the `test-hooks` feature:
+//! [`CrashFs`] wraps a filesystem and, once `--test-crash-at` armed the plan (through
+//! `agent::TestHooks`, never the config file), SIGKILLs the process right before its Nth
+//! file operation, or before the Nth one with a given label, or traces every operation.
+//! The count is the process's (one plan, every cert dir and kubeconfig write); disarmed,
+//! one load per operation.
 
-use std::path::Path;
+use std::ffi::OsString;
+use std::io;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
+use super::fs::{Fs, Meta};
 use super::names::is_temp_name;
 
 /// What the hook does.
@@ -96,13 +101,102 @@ impl Op {
     }
 }
 
+/// `F` with a crash point before each mutating operation; reads go straight through.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CrashFs<F> {
+    inner: F,
+}
+
+// === impl CrashFs ===
+
+impl<F: Fs> CrashFs<F> {
+    pub fn new(inner: F) -> Self {
+        Self { inner }
+    }
+}
+
+impl<F: Fs> Fs for CrashFs<F> {
+    type File = F::File;
+
+    fn create_new(&self, path: &Path, mode: u32) -> io::Result<F::File> {
+        before(Op::Create, path);
+        self.inner.create_new(path, mode)
+    }
+
+    fn write_all(&self, file: &mut F::File, path: &Path, bytes: &[u8]) -> io::Result<()> {
+        before(Op::Write, path);
+        self.inner.write_all(file, path, bytes)
+    }
+
+    fn set_mode(&self, file: &mut F::File, path: &Path, mode: u32) -> io::Result<()> {
+        before(Op::Chmod, path);
+        self.inner.set_mode(file, path, mode)
+    }
+
+    fn sync(&self, file: &mut F::File, path: &Path) -> io::Result<()> {
+        before(Op::Fsync, path);
+        self.inner.sync(file, path)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        before(Op::Rename, to);
+        self.inner.rename(from, to)
+    }
+
+    fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()> {
+        before(Op::Link, to);
+        self.inner.hard_link(from, to)
+    }
+
+    fn symlink(&self, target: &Path, link: &Path) -> io::Result<()> {
+        before(Op::Symlink, link);
+        self.inner.symlink(target, link)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        before(Op::FsyncDir, dir);
+        self.inner.sync_dir(dir)
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        before(Op::Remove, path);
+        self.inner.remove_file(path)
+    }
+
+    fn create_dir_all(&self, dir: &Path, mode: u32) -> io::Result<()> {
+        before(Op::Mkdir, dir);
+        self.inner.create_dir_all(dir, mode)
+    }
+
+    fn set_dir_mode(&self, dir: &Path, mode: u32) -> io::Result<()> {
+        before(Op::Chmod, dir);
+        self.inner.set_dir_mode(dir, mode)
+    }
+
+    fn read_to_string(&self, path: &Path) -> io::Result<String> {
+        self.inner.read_to_string(path)
+    }
+
+    fn read_link(&self, path: &Path) -> io::Result<PathBuf> {
+        self.inner.read_link(path)
+    }
+
+    fn read_dir(&self, dir: &Path) -> io::Result<Vec<(OsString, bool)>> {
+        self.inner.read_dir(dir)
+    }
+
+    fn symlink_metadata(&self, path: &Path) -> io::Result<Meta> {
+        self.inner.symlink_metadata(path)
+    }
+}
+
 /// Arms the hook for the rest of the process; a second call changes nothing.
 pub fn arm(plan: CrashPlan) {
     let _ = PLAN.set(plan);
 }
 
-/// Called by `RealFs` before each mutating operation on `path`.
-pub(super) fn before(op: Op, path: &Path) {
+/// Called by [`CrashFs`] before each mutating operation on `path`.
+fn before(op: Op, path: &Path) {
     let Some(plan) = PLAN.get() else {
         return;
     };

@@ -11,8 +11,6 @@ use std::os::unix::fs::{DirBuilderExt as _, MetadataExt as _, OpenOptionsExt as 
 use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
-use super::crash::{self, Op};
-
 /// What kind of entry a path names (not following a symlink).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -68,8 +66,7 @@ pub trait Fs: Clone + fmt::Debug + Send + Sync {
     fn symlink_metadata(&self, path: &Path) -> io::Result<Meta>;
 }
 
-/// The real filesystem: `std::fs`, one call per method. Armed by `--test-crash-at` (tests
-/// only), it kills the process before a chosen operation.
+/// The real filesystem: `std::fs`, one call per method.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct RealFs;
 
@@ -79,7 +76,6 @@ impl Fs for RealFs {
     type File = File;
 
     fn create_new(&self, path: &Path, mode: u32) -> io::Result<File> {
-        crash::before(Op::Create, path);
         OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -87,53 +83,43 @@ impl Fs for RealFs {
             .open(path)
     }
 
-    fn write_all(&self, file: &mut File, path: &Path, bytes: &[u8]) -> io::Result<()> {
-        crash::before(Op::Write, path);
+    fn write_all(&self, file: &mut File, _: &Path, bytes: &[u8]) -> io::Result<()> {
         file.write_all(bytes)
     }
 
-    fn set_mode(&self, file: &mut File, path: &Path, mode: u32) -> io::Result<()> {
-        crash::before(Op::Chmod, path);
+    fn set_mode(&self, file: &mut File, _: &Path, mode: u32) -> io::Result<()> {
         file.set_permissions(fs::Permissions::from_mode(mode))
     }
 
-    fn sync(&self, file: &mut File, path: &Path) -> io::Result<()> {
-        crash::before(Op::Fsync, path);
+    fn sync(&self, file: &mut File, _: &Path) -> io::Result<()> {
         file.sync_all()
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        crash::before(Op::Rename, to);
         fs::rename(from, to)
     }
 
     fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()> {
-        crash::before(Op::Link, to);
         fs::hard_link(from, to)
     }
 
     fn symlink(&self, target: &Path, link: &Path) -> io::Result<()> {
-        crash::before(Op::Symlink, link);
         std::os::unix::fs::symlink(target, link)
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        crash::before(Op::FsyncDir, dir);
         File::open(dir).and_then(|d| d.sync_all())
     }
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
-        crash::before(Op::Remove, path);
         fs::remove_file(path)
     }
 
     fn create_dir_all(&self, dir: &Path, mode: u32) -> io::Result<()> {
-        crash::before(Op::Mkdir, dir);
         fs::DirBuilder::new().recursive(true).mode(mode).create(dir)
     }
 
     fn set_dir_mode(&self, dir: &Path, mode: u32) -> io::Result<()> {
-        crash::before(Op::Chmod, dir);
         fs::set_permissions(dir, fs::Permissions::from_mode(mode))
     }
 

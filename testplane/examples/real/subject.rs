@@ -33,8 +33,9 @@ pub enum Subject {
     Floor,
     /// bench/baseline.sh: bash + openssl + kubectl (`baseline.rs`).
     Baseline,
-    /// `bootlet run --test-lease-http1`: bootlet with its Lease connection on HTTP/1.1,
-    /// what HTTP/2 (the default against kube-apiserver) changes on both sides.
+    /// `bootlet run --test-lease-http1` (a `test-hooks` build, as bench/run.sh --real makes
+    /// it): bootlet with its Lease connection on HTTP/1.1, what HTTP/2 (the default against
+    /// kube-apiserver) changes on both sides.
     BootletHttp1,
 }
 
