@@ -472,3 +472,121 @@ fn the_kubelet_follows_a_rotated_client_certificate() {
         k.stop().await;
     })
 }
+
+/// kubeadm's own preflight, in a network namespace of its own (the host's loopback has
+/// the test clusters' ports on it), with bootlet running from a config that names no
+/// address: `kubeadm init phase preflight` for a control-plane node binds every port it
+/// checks (6443, 10259, 10257, 10250, 2379, 2380), so bootlet's default port must be
+/// none of them. The control: bootlet on kube-scheduler's 10259, its default until
+/// 2026-12, makes the same preflight name `Port-10259`.
+#[test]
+fn kubeadms_port_preflight_passes_with_bootlet_on_its_default_port() {
+    let kube = testplane::kube::build::binary().expect("the kube binary");
+    let release = testplane::kube::build::release().expect("the pinned release");
+    let run = |metrics: Option<&str>| {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        let mut config = format!(
+            "bootstrapKubeconfig: {0}/bootstrap-kubelet.conf\nkubeconfig: {0}/kubelet.conf\n\
+             certDir: {0}/pki\nnodeName: preflight\n",
+            d.display()
+        );
+        if let Some(addr) = metrics {
+            config.push_str(&format!("metricsBindAddress: \"{addr}\"\n"));
+        }
+        std::fs::write(d.join("config.yaml"), config).unwrap();
+        // One namespace for the three: the CRI stand-in kubeadm's CRI checks and image
+        // pulls talk to, bootlet (waiting for a bootstrap kubeconfig that never comes,
+        // its metrics listener bound from the start), and the preflight once bootlet
+        // listens (its socket in /proc/net/tcp, state 0A).
+        let script = r#"
+set -eu
+ip link set lo up
+# kubeadm takes its API server address from the default route's interface and refuses
+# loopback; a bridge is an interface the namespace may create without kernel modules.
+ip link add node0 type bridge
+ip addr add 10.254.0.1/24 dev node0
+ip link set node0 up
+ip route add default via 10.254.0.254 dev node0
+"$KUBE" fake-cri --listen "unix://$D/cri.sock" >"$D/cri.log" 2>&1 &
+# A NOTIFY_SOCKET, as under systemd: bootlet waits for the bootstrap kubeconfig instead
+# of exiting (nobody listens there; a notification that fails is a debug line).
+NOTIFY_SOCKET="$D/notify" "$BOOTLET" --config "$D/config.yaml" >"$D/bootlet.log" 2>&1 &
+bootlet=$!
+port=$(printf '%04X' "$PORT")
+i=0
+until grep -q ":$port 00000000:0000 0A" /proc/net/tcp && [ -S "$D/cri.sock" ]; do
+  i=$((i+1)); [ $i -lt 400 ] || { echo "bootlet never listened on $PORT"; cat "$D/bootlet.log"; exit 3; }
+  kill -0 $bootlet || { cat "$D/bootlet.log"; exit 4; }
+  sleep 0.05
+done
+echo "bootlet listens on $PORT"
+cat >"$D/kubeadm.yaml" <<EOF
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: InitConfiguration
+nodeRegistration:
+  criSocket: unix://$D/cri.sock
+  ignorePreflightErrors: [all]
+---
+apiVersion: kubeadm.k8s.io/v1beta4
+kind: ClusterConfiguration
+kubernetesVersion: $RELEASE
+EOF
+"$KUBE" kubeadm init phase preflight --config "$D/kubeadm.yaml" 2>&1
+"#;
+        let port = metrics
+            .unwrap_or(bootlet::defaults::DEFAULT_METRICS_BIND_ADDRESS)
+            .rsplit(':')
+            .next()
+            .unwrap()
+            .to_string();
+        let out = std::process::Command::new("unshare")
+            // A PID namespace too: when the script ends, the kernel kills what it left
+            // running (the CRI stand-in, bootlet), which would otherwise hold the pipes.
+            .args([
+                "--user",
+                "--map-root-user",
+                "--net",
+                "--pid",
+                "--fork",
+                "--kill-child",
+                "sh",
+                "-c",
+                script,
+            ])
+            .env("KUBE", &kube)
+            .env("BOOTLET", env!("CARGO_BIN_EXE_bootlet"))
+            .env("D", d)
+            .env("PORT", &port)
+            .env("RELEASE", &release)
+            .output()
+            .expect("unshare");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "preflight in a namespace:\n{text}");
+        text
+    };
+
+    let ours = run(None);
+    // The checks ran: kubeadm's header, and the warnings of the checks this host fails
+    // (no kubelet unit, not a real node): "all" turns every error into a warning.
+    assert!(ours.contains("bootlet listens on 10271"), "{ours}");
+    assert!(
+        ours.contains("[preflight] Running pre-flight checks"),
+        "{ours}"
+    );
+    assert!(ours.contains("[WARNING"), "{ours}");
+    assert!(
+        !ours.contains("[WARNING Port-"),
+        "a port kubeadm needs is taken:\n{ours}"
+    );
+
+    let scheduler = run(Some("127.0.0.1:10259"));
+    assert!(
+        scheduler.contains("[WARNING Port-10259]: Port 10259 is in use"),
+        "the control did not collide:\n{scheduler}"
+    );
+}
