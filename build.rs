@@ -27,6 +27,8 @@ fn main() {
             .trim()
             .parse::<i64>()
             .unwrap_or_else(|_| panic!("SOURCE_DATE_EPOCH={s:?} is not whole seconds")),
+        // The build's date, not the agent's clock.
+        #[allow(clippy::disallowed_methods)]
         Err(_) => SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs() as i64),

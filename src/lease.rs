@@ -5,7 +5,7 @@
 //! that stops is what a dead kubelet looks like), across restarts too: bootlet's renewTimes
 //! carry a mark (`writers::ours`). Credentials come in by watch.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use rand::Rng;
 use tokio::sync::watch;
@@ -17,6 +17,7 @@ use crate::api::{self, ApiClient};
 use crate::config::Settings;
 use crate::metrics::METRICS;
 use crate::runtime::backoff::Backoff;
+use crate::runtime::clock;
 use crate::runtime::health::Health;
 use crate::runtime::report;
 use crate::runtime::shutdown::Shutdown;
@@ -245,7 +246,7 @@ impl LeaseLoop {
             match result {
                 Ok(()) => {
                     failed_periods = 0;
-                    let now = SystemTime::now();
+                    let now = clock::now();
                     health.update(|s| {
                         s.lease.last_renewed = Some(now);
                         s.lease.failing_since = None;
@@ -264,7 +265,7 @@ impl LeaseLoop {
                 }
                 Err(e) => {
                     failed_periods += 1;
-                    let now = SystemTime::now();
+                    let now = clock::now();
                     let mut since = now;
                     health.update(|s| since = *s.lease.failing_since.get_or_insert(now));
                     let failing = now.duration_since(since).unwrap_or_default();

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use bootlet::pki::{self, CertProfile, NodeKey, PrivateKeyPem};
 use rand::Rng as _;
@@ -282,7 +282,7 @@ fn check(tp: &TestPlane, node: &NodeDir, name: &str, had: Has) -> Result<Has, St
                 &NodeKey::from_pem(&key).map_err(|e| format!("key: {e}"))?,
                 &CertProfile::client(name),
                 tp.ca_pem().as_bytes(),
-                SystemTime::now(),
+                testplane::wall_now(),
             )
             .map_err(|e| format!("the current certificate: {e}"))?;
             if mode(&target) != 0o600 {

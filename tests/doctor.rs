@@ -108,12 +108,12 @@ fn install_cert(
         .unwrap();
     CertDir::open(&dir.cert_dir)
         .unwrap()
-        .install(&pem, &key.to_pem(), SystemTime::now())
+        .install(&pem, &key.to_pem(), testplane::wall_now())
         .unwrap();
 }
 
 fn valid_cert(tp: &TestPlane, dir: &NodeDir) {
-    let now = SystemTime::now();
+    let now = testplane::wall_now();
     install_cert(
         tp,
         dir,
@@ -196,7 +196,7 @@ fn lease(holder: &str, renewed_ago: Duration) -> Lease {
             holder_identity: Some(holder.into()),
             lease_duration_seconds: Some(40),
             renew_time: Some(MicroTime(
-                jiff::Timestamp::try_from(SystemTime::now() - renewed_ago).unwrap(),
+                jiff::Timestamp::try_from(testplane::wall_now() - renewed_ago).unwrap(),
             )),
             ..Default::default()
         }),
@@ -248,7 +248,7 @@ async fn setup(name: &str) -> (TestPlane, NodeDir, Vec<String>, Vec<(String, Str
     let mut extra = vec![];
     let mut subst = vec![("{token}".to_string(), token_id(&token).to_string())];
     let write = |text: &str| std::fs::write(&dir.bootstrap, text).unwrap();
-    let now = SystemTime::now();
+    let now = testplane::wall_now();
     match name {
         "1 kubeconfig missing" => std::fs::remove_file(&dir.bootstrap).unwrap(),
         "1 kubeconfig unreadable" => {

@@ -116,7 +116,7 @@ async fn twenty_agents_started_together_renew_spread_and_come_back_spread_after_
         .await;
         csrs.push(name);
     }
-    let released = SystemTime::now();
+    let released = testplane::wall_now();
     for name in &csrs {
         tp.approve(name).expect("approve");
     }
@@ -158,14 +158,14 @@ async fn twenty_agents_started_together_renew_spread_and_come_back_spread_after_
     tp.faults().outage(OUTAGE).await;
     // Every connection is down now: any request logged from here on came after the return,
     // and every event from here on too.
-    let cut = SystemTime::now();
+    let cut = testplane::wall_now();
     let mut events = tp.events();
     let ended = testplane::wait_for(&mut events, OUTAGE + support::WAIT, |e| {
         matches!(e, Event::OutageEnded).then_some(())
     })
     .await;
     assert!(ended.is_some(), "the outage ended");
-    let back = SystemTime::now();
+    let back = testplane::wall_now();
     let mut counts: BTreeMap<String, usize> = (0..AGENTS).map(|i| (node_name(i), 0)).collect();
     until_each_writes(&mut events, &mut counts, 1).await;
 

@@ -16,7 +16,7 @@ mod fuzz {
 }
 mod support;
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use bootlet::pki::{canonical_chain_pem, split_pem};
 use fuzz::engine::{fuzz, seed_from_env, Budget, Target};
@@ -93,7 +93,7 @@ async fn an_issued_chain_with_text_around_it_is_installed_as_verified() {
         .contents;
     let (_, req) = X509CertificationRequest::from_der(&request).unwrap();
     let spki = req.certification_request_info.subject_pki.raw;
-    let now = SystemTime::now();
+    let now = testplane::wall_now();
     let cert = tp
         .sign_client_cert(
             spki,

@@ -10,7 +10,7 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use bootlet::pki::files::CertDir;
 use bootlet::pki::NodeKey;
@@ -239,7 +239,7 @@ async fn broken_certificates_in_a_rotation_leave_the_current_one_untouched_and_i
     let node = NodeDir::new(&tp.bootstrap_kubeconfig());
     // A certificate 5/6 through its life: past any rotation deadline, so it rotates at once.
     let key = NodeKey::generate().unwrap();
-    let now = SystemTime::now();
+    let now = testplane::wall_now();
     let pem = tp
         .sign_client_cert(
             &key.public_key_der(),

@@ -384,7 +384,7 @@ fn without_bootlet_the_kubelet_bootstraps_itself() {
 /// `ahead` forward, written atomically as the kubelet's cert store writes it (cert, key).
 fn node_cert(c: &Cluster, node: &str, pem: &Path, ahead: Duration) -> SystemTime {
     let ca = Ca::load_or_create(c.state_dir()).unwrap();
-    let now = SystemTime::now();
+    let now = testplane::wall_now();
     let not_after = now + ahead;
     let spec = LeafSpec::client(
         &format!("system:node:{node}"),
@@ -457,7 +457,9 @@ fn the_kubelet_follows_a_rotated_client_certificate() {
         // Rotated (as bootlet does: a new pair renamed into place); the first then expires.
         node_cert(c, node, &pem, Duration::from_secs(3600));
         let expired = jiff::Timestamp::try_from(first).unwrap();
-        let wait = first.duration_since(SystemTime::now()).unwrap_or_default();
+        let wait = first
+            .duration_since(testplane::wall_now())
+            .unwrap_or_default();
         tokio::time::sleep(wait).await;
         // Renewals after the first certificate's end: the kubelet uses the new one (open
         // connections re-read the files every 10 s here).

@@ -237,9 +237,9 @@ async fn the_first_renewal_after_an_outage_comes_within_one_interval() {
     })
     .await;
     assert!(ended.is_some(), "the outage ended");
-    let back = SystemTime::now();
+    let back = testplane::wall_now();
     renewals(&tp, &mut events, "outage", 1).await;
-    let after = SystemTime::now().duration_since(back).unwrap();
+    let after = testplane::wall_now().duration_since(back).unwrap();
     assert!(
         after <= Duration::from_millis(1100),
         "first renewal {after:?} after the server returned"
@@ -465,12 +465,12 @@ async fn a_second_writer_that_stops_is_never_replaced() {
     renewals(&tp, &mut events, "twice", 2).await;
     let writer = OtherWriter::start(&tp, "twice");
     let warning = agent.wait_for_log("--renew-lease=false").await;
-    let warned = SystemTime::now();
+    let warned = testplane::wall_now();
     assert!(warning.contains("renewed by another writer"), "{warning}");
     // Ten periods of the other writer renewing: bootlet writes nothing.
     tokio::time::sleep(Duration::from_secs(2)).await;
     writer.stop().await;
-    let stopped = SystemTime::now();
+    let stopped = testplane::wall_now();
     let line = agent.wait_for_log("does not take over").await;
     assert!(line.contains("ERROR"), "{line}");
     // Ten more periods after bootlet noticed.
@@ -560,7 +560,7 @@ async fn a_restart_does_not_forget_the_other_writer() {
     writer.stop().await;
     let (status, log) = agent.terminate().await;
     assert!(status.success(), "{log}");
-    let stopped = SystemTime::now();
+    let stopped = testplane::wall_now();
     let agent = Agent::spawn(&a);
     let line = agent.wait_for_log("before its first write").await;
     assert!(line.contains("another writer"), "{line}");
@@ -614,7 +614,7 @@ async fn a_reload_restarts_the_lease_loop_without_its_restart_only_keys() {
     support::signal(agent.pid(), "HUP");
     let line = agent.wait_for_log("configuration reloaded").await;
     assert!(line.contains("leaseRenewInterval=200ms"), "{line}");
-    let reloaded = SystemTime::now();
+    let reloaded = testplane::wall_now();
     renewals(&tp, &mut events, "kept", 3).await;
     let (status, log) = agent.terminate().await;
     assert!(status.success(), "{log}");
@@ -649,7 +649,7 @@ async fn with_an_answering_probe_bootlet_takes_over_from_a_writer_that_stopped()
     renewals(&tp, &mut events, "takeover", 2).await;
     let writer = OtherWriter::start(&tp, "takeover");
     let warning = agent.wait_for_log("--renew-lease=false").await;
-    let warned = SystemTime::now();
+    let warned = testplane::wall_now();
     assert!(warning.contains("only if that writer stops"), "{warning}");
     tokio::time::sleep(Duration::from_secs(2)).await;
     writer.stop().await;

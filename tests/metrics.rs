@@ -116,7 +116,7 @@ async fn the_endpoints_follow_the_join_and_the_lease() {
     let ttl = value(&text, "kubelet_certificate_manager_client_ttl_seconds");
     assert!((3500.0..3600.0).contains(&ttl), "ttl {ttl}");
     let not_after = value(&text, "bootlet_client_cert_not_after_timestamp_seconds");
-    let now = std::time::SystemTime::now()
+    let now = testplane::wall_now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs_f64();

@@ -471,7 +471,7 @@ async fn an_expired_certificate_is_not_ready_and_status_says_expired() {
     tp.approve(&csr).unwrap();
     let (ready_at, _) = notify.until("READY=1", |l| l == "READY=1").await;
     // Issued (notBefore, not backdated) just before READY=1: it expires within 6 s of it.
-    let not_after = std::time::SystemTime::now() + Duration::from_secs(6);
+    let not_after = testplane::wall_now() + Duration::from_secs(6);
     assert_eq!(support::http(metrics, "GET", "/readyz").await.0, 200);
 
     // Nothing approves the rotation CSR (or the fallback's): the certificate expires.
@@ -487,7 +487,7 @@ async fn an_expired_certificate_is_not_ready_and_status_says_expired() {
         .to_string();
     assert!(!status.contains("valid until"), "{status}");
     assert!(
-        std::time::SystemTime::now() + Duration::from_secs(1) >= not_after,
+        testplane::wall_now() + Duration::from_secs(1) >= not_after,
         "expired STATUS before the expiry: {status}"
     );
     // Sent at the expiry (bootlet wakes for it), not at some later wake-up.

@@ -360,7 +360,7 @@ async fn a_restart_reuses_a_second_ca_certificate_through_an_outage_and_drops_on
     tp.set_signer(Signer::Normal);
     let stale = NodeDir::new(&tp.bootstrap_kubeconfig());
     let key = bootlet::pki::NodeKey::generate().unwrap();
-    let now = std::time::SystemTime::now();
+    let now = testplane::wall_now();
     let pem = tp
         .sign_client_cert(
             &key.public_key_der(),

@@ -35,7 +35,7 @@ async fn next_csr(
 ) -> (String, String, SystemTime) {
     wait_event(events, |e| match e {
         Event::CsrCreated { name, user, .. } => {
-            Some((name.clone(), user.clone(), SystemTime::now()))
+            Some((name.clone(), user.clone(), testplane::wall_now()))
         }
         _ => None,
     })
@@ -264,12 +264,12 @@ async fn a_denied_rotation_keeps_the_current_certificate_in_use() {
         .wait_for_log("rotation failed; the current certificate stays in use")
         .await;
     // The Lease goes on with the old certificate.
-    let renewed_after = SystemTime::now();
+    let renewed_after = testplane::wall_now();
     wait_event(&mut events, |e| {
         matches!(e, Event::LeaseRenewed { name, .. } if name == "denied").then_some(())
     })
     .await;
-    assert!(SystemTime::now() >= renewed_after);
+    assert!(testplane::wall_now() >= renewed_after);
     assert_eq!(std::fs::read_link(node.current()).unwrap(), before);
     let (status, log) = agent.terminate().await;
     assert!(status.success(), "{log}");
@@ -386,7 +386,7 @@ async fn after_expiry_with_rotation_denied_and_a_dead_token_the_agent_backs_off(
 
     // The window: the 30 s after expiry.
     let until_expiry = not_after
-        .duration_since(SystemTime::now())
+        .duration_since(testplane::wall_now())
         .unwrap_or_default();
     tokio::time::sleep(until_expiry).await;
     let (requests, lines) = (tp.requests().len(), agent.log().lines().count());

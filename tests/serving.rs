@@ -5,7 +5,7 @@
 
 mod support;
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use support::{run, wait_event, Agent, NodeDir};
 use testplane::{Approval, Event, TestPlane};
@@ -261,7 +261,7 @@ async fn the_serving_certificate_rotates_at_75_percent() {
     let pem = std::fs::read_to_string(serving_current(&node)).unwrap();
     let first = bootlet::pki::parse_cert_chain(&pem).unwrap()[0].0.clone();
     next_serving_csr(&mut events).await;
-    let at = SystemTime::now();
+    let at = testplane::wall_now();
     let lifetime = first
         .not_after
         .duration_since(first.not_before)

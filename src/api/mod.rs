@@ -18,7 +18,7 @@ mod wire;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use futures_util::StreamExt;
 use reqwest::header::{HeaderMap, HeaderValue, ACCEPT, AUTHORIZATION, CONTENT_TYPE};
@@ -29,6 +29,7 @@ use serde::Serialize;
 use crate::api::kubeconfig::{Credential, ProxyUrl, ToServer};
 use crate::metrics::METRICS;
 use crate::runtime::backoff::Backoff;
+use crate::runtime::clock;
 
 use dial::{AliasResolver, Resolver};
 pub use error::{Error, TransportError};
@@ -286,7 +287,7 @@ impl ApiClient {
         let Some(server) = date.and_then(|v| v.to_str().ok()).and_then(parse_http_date) else {
             return;
         };
-        let skew = skew_secs(server, SystemTime::now());
+        let skew = skew_secs(server, clock::now());
         self.inner.skew_secs.store(skew, Ordering::Relaxed);
         let far = skew.unsigned_abs() > CLOCK_SKEW_WARNING.as_secs();
         if far && !self.inner.skew_reported.swap(true, Ordering::Relaxed) {

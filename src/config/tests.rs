@@ -697,7 +697,7 @@ fn durations_at_their_caps_overflow_nothing() {
         );
     }
     let now = tokio::time::Instant::now();
-    let system_now = std::time::SystemTime::now();
+    let system_now = crate::runtime::clock::now();
     for d in [
         s.lease_renew_interval,
         s.lease_duration,

@@ -176,7 +176,7 @@ mod tests {
 
     #[test]
     fn nothing_observed_fails_config_and_skips_the_rest() {
-        let report = evaluate(&Observations::default(), SystemTime::now());
+        let report = evaluate(&Observations::default(), crate::runtime::clock::now());
         assert_eq!(report.root_cause().map(|(id, _)| id), Some(CheckId::Config));
         assert_eq!(report.exit_code(), 1);
         for (id, o) in &report.checks[1..] {

@@ -24,6 +24,7 @@ use crate::identity::issue::proof::{self, Patience};
 use crate::pki::files::CertDir;
 use crate::pki::verify::Anchor;
 use crate::pki::{self, CertInfo, CertProfile};
+use crate::runtime::clock;
 use crate::runtime::report;
 
 mod csr;
@@ -505,5 +506,5 @@ async fn access_review(
 
 /// Now, for the verdicts (the one clock read of a run).
 pub fn now() -> SystemTime {
-    SystemTime::now()
+    clock::now()
 }

@@ -2,7 +2,7 @@
 //! into one (pending key → CSR → approval → verification → files → kubeconfig). Its `State`
 //! feeds STATUS=. Rotation and the Lease are other modules' business.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use crate::api::kubeconfig;
 use crate::api::{ApiClient, ClientOptions};
@@ -13,6 +13,7 @@ use crate::identity::issue::proof::{self, Cluster};
 use crate::pki::files::CertDir;
 use crate::pki::verify::{self, Anchor, VerifyError};
 use crate::pki::{CertInfo, CertProfile, NodeKey, PkiError, PrivateKeyPem};
+use crate::runtime::clock;
 use crate::runtime::health::{self, Health};
 pub use crate::runtime::health::{doctor_hint, State};
 use crate::runtime::report;
@@ -69,7 +70,7 @@ pub(crate) fn check_installed_offline(
 ) -> Result<(Installed, Anchor), InstalledError> {
     let key = NodeKey::from_pem(&key_pem).map_err(InstalledError::Key)?;
     let profile = CertProfile::client(node);
-    let checked = verify::check_issued(&chain_pem, &key, &profile, ca_pem, SystemTime::now())?;
+    let checked = verify::check_issued(&chain_pem, &key, &profile, ca_pem, clock::now())?;
     let installed = Installed {
         chain_pem,
         key_pem,
@@ -154,7 +155,7 @@ impl<'a> Bootstrap<'a> {
                     let check = e.check();
                     tracing::error!(error = %report(&e), retry_in = %health::human(delay), %check, "bootstrap attempt failed ({})", doctor_hint(check));
                     self.health.set_bootstrap(State::BackingOff {
-                        until: SystemTime::now() + delay,
+                        until: clock::now() + delay,
                         reason: report(&e),
                         check,
                     });
@@ -309,7 +310,7 @@ mod tests {
         let early = BootstrapError::Issue(IssueError::Refused {
             csr: "c".into(),
             source: VerifyError::NotYetValid {
-                not_before: SystemTime::UNIX_EPOCH,
+                not_before: std::time::SystemTime::UNIX_EPOCH,
             },
         });
         assert_eq!(early.check(), CheckId::ClockSkew);

@@ -5,7 +5,7 @@
 //! certificate are its users, with the credential they file the CSR with.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use crate::api::kubeconfig::{self, KubeconfigError};
 use crate::api::{ApiClient, ClientOptions};
@@ -16,6 +16,7 @@ use crate::pki::files::{CertDir, FilesError};
 use crate::pki::verify::{self, Anchor, Checked, VerifyError};
 use crate::pki::{CertInfo, CertProfile, NodeKey, PkiError, PrivateKeyPem, Purpose};
 use crate::runtime::backoff::Backoff;
+use crate::runtime::clock;
 use crate::runtime::health::{self, Health, State};
 use crate::runtime::report;
 
@@ -208,7 +209,7 @@ impl Issuer {
         tracing::info!(csr = %name, timeout = %health::human(req.wait_limit), "waiting for approval (approve with: kubectl certificate approve {name})");
         // How long it has waited counts from its creation (an adopted CSR has waited
         // through earlier attempts), never from the future of a server clock ahead of ours.
-        let now = SystemTime::now();
+        let now = clock::now();
         let since = filed.created.map_or(now, |created| created.min(now));
         METRICS.csr_filed(profile.purpose);
         let (issuer, csr_name) = (self.clone(), name.clone());
@@ -237,7 +238,7 @@ impl Issuer {
         };
         let verdict = csr::wait(req.client, &name, &opts, &mut retry, &mut on_pending).await;
         if verdict.is_ok() {
-            let waited = SystemTime::now().duration_since(since).unwrap_or_default();
+            let waited = clock::now().duration_since(since).unwrap_or_default();
             METRICS.csr_answered(profile.purpose, waited);
         }
         let chain_pem = match verdict {
@@ -270,7 +271,7 @@ impl Issuer {
         };
         let key_pem = key.to_pem();
         let checked =
-            match verify::check_issued(&chain_pem, &key, profile, req.ca_pem, SystemTime::now()) {
+            match verify::check_issued(&chain_pem, &key, profile, req.ca_pem, clock::now()) {
                 Ok(checked) => checked,
                 Err(source) => {
                     // The same key would adopt the same bad CSR again: start over.
@@ -282,7 +283,7 @@ impl Issuer {
         // Install what was verified, re-encoded: the leaf and its issuer path, not the
         // server's text around it.
         let (info, chain_pem) = (checked.info.clone(), checked.chain_pem());
-        let file = dir.install(&chain_pem, &key_pem, SystemTime::now())?;
+        let file = dir.install(&chain_pem, &key_pem, clock::now())?;
         if let Publish::Kubeconfig {
             path,
             server,

@@ -3,7 +3,7 @@
 //! reference, the health probe gate, and the reads while another writer renews the Lease.
 //! The schedule and the decisions are the loop's (lease.rs) and the pure files'.
 
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
@@ -19,6 +19,7 @@ use super::{
 };
 use crate::api::conn::Connection;
 use crate::runtime::backoff::Backoff;
+use crate::runtime::clock;
 use crate::runtime::health::{Health, PauseReason, Paused};
 use crate::runtime::report;
 
@@ -255,7 +256,7 @@ impl Renewer {
         // first PUT conflict and every second one succeed: still a write war).
         let mut saw_foreign = false;
         for _ in 0..2 {
-            let renew = next_renew_time(SystemTime::now(), self.sent);
+            let renew = next_renew_time(clock::now(), self.sent);
             let want = body(
                 self.cached.as_ref(),
                 &self.cfg.node,

@@ -1,5 +1,6 @@
 use super::*;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use std::time::SystemTime;
 
 fn ts(s: &str) -> jiff::Timestamp {
     s.parse().unwrap()

@@ -21,6 +21,7 @@ use tokio::time::Instant;
 
 use super::deadline::{Deadlines, Progress, Tracked, Verdict};
 use super::{CONTENT_TYPE, METRICS};
+use crate::runtime::clock;
 use crate::runtime::health::{self, Health, Snapshot, State};
 use crate::runtime::shutdown::Shutdown;
 
@@ -151,7 +152,7 @@ fn respond(req: &Request<Incoming>, endpoints: &Endpoints) -> Response<Full<Byte
             .any(|kv| kv.split('=').next() == Some("verbose"))
     });
     let snap = endpoints.health.snapshot();
-    let now = SystemTime::now();
+    let now = clock::now();
     match path {
         "/metrics" => {
             let body = METRICS.render(&snap, now, endpoints.serving);

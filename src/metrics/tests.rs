@@ -45,7 +45,7 @@ fn ttl_is_whole_seconds_negative_once_expired_and_infinite_without_a_certificate
 #[test]
 fn the_exposition_carries_the_kubelet_names_with_their_types() {
     let m = Metrics::new();
-    let now = SystemTime::now();
+    let now = crate::runtime::clock::now();
     let text = String::from_utf8(m.render(
         &snapshot(Some(now + Duration::from_secs(3600)), Some(now)),
         now,
@@ -114,7 +114,7 @@ fn the_exposition_carries_the_kubelet_names_with_their_types() {
 #[test]
 fn why_the_lease_is_not_written_is_a_gauge_per_reason() {
     let m = Metrics::new();
-    let now = SystemTime::now();
+    let now = crate::runtime::clock::now();
     let mut snap = snapshot(None, Some(now));
     let paused = |text: &str, reason: &str| {
         sample(
@@ -146,7 +146,7 @@ fn why_the_lease_is_not_written_is_a_gauge_per_reason() {
 #[test]
 fn without_a_certificate_the_ttl_is_plus_infinity_and_the_expiry_zero() {
     let m = Metrics::new();
-    let now = SystemTime::now();
+    let now = crate::runtime::clock::now();
     let text = String::from_utf8(m.render(&snapshot(None, None), now, false)).unwrap();
     let ttl = sample(&text, "kubelet_certificate_manager_client_ttl_seconds").unwrap();
     // Go's ParseFloat (Prometheus' parser) reads "inf" case-insensitively.
@@ -174,7 +174,7 @@ fn outcomes_count_into_both_names_and_the_pending_gauge_follows_the_csr() {
     m.lease_renewal(false, Duration::from_secs(1));
     m.api_request("PUT", Some(StatusCode::OK));
     m.api_request("GET", None);
-    let now = SystemTime::now();
+    let now = crate::runtime::clock::now();
     let mut snap = snapshot(Some(now + Duration::from_secs(60)), Some(now));
     snap.serving_cert = Some(CertSummary {
         serial: "02".into(),
@@ -266,7 +266,7 @@ fn readyz_fails_once_the_certificate_expired() {
 
 #[test]
 fn readyz_is_the_certificate_and_verbose_lists_the_lease_without_gating_on_it() {
-    let now = SystemTime::now();
+    let now = crate::runtime::clock::now();
     let lease = Duration::from_secs(40);
     let stale = snapshot(
         Some(now + Duration::from_secs(3600)),
@@ -314,7 +314,7 @@ fn readyz_is_the_certificate_and_verbose_lists_the_lease_without_gating_on_it() 
 
 #[test]
 fn readyz_escapes_server_text() {
-    let now = SystemTime::now();
+    let now = crate::runtime::clock::now();
     let mut snap = snapshot(None, None);
     snap.bootstrap = State::BackingOff {
         until: now,
@@ -328,7 +328,7 @@ fn readyz_escapes_server_text() {
 #[test]
 fn without_the_lease_loop_no_lease_family_is_exported() {
     let m = Metrics::new();
-    let now = SystemTime::now();
+    let now = crate::runtime::clock::now();
     let mut snap = snapshot(Some(now + Duration::from_secs(60)), None);
     snap.lease.enabled = false;
     let text = String::from_utf8(m.render(&snap, now, false)).unwrap();

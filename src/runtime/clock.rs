@@ -7,6 +7,7 @@
 use std::time::{Duration, SystemTime};
 
 /// The wall clock: `SystemTime::now()`, shifted only under the test switches.
+#[allow(clippy::disallowed_methods)] // the one place that reads it
 pub fn now() -> SystemTime {
     shifted(SystemTime::now(), offset_secs())
 }
@@ -92,6 +93,7 @@ pub fn step_for_tests(secs: i64) {
 }
 
 #[cfg(test)]
+#[allow(clippy::disallowed_methods)] // the shifted clock against the system one
 mod tests {
     use super::*;
 

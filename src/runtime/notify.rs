@@ -6,11 +6,12 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::os::unix::net::UnixDatagram;
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use sd_notify::NotifyState;
 use tokio::time::Instant;
 
+use crate::runtime::clock;
 use crate::runtime::health::{self, Health, Stalled};
 use crate::runtime::shutdown::Shutdown;
 use crate::runtime::ticker::Ticker;
@@ -51,7 +52,7 @@ pub async fn run(health: Health, mut shutdown: Shutdown) {
     let mut last_status = String::new();
     loop {
         let snap = snapshots.borrow_and_update().clone();
-        let now = SystemTime::now();
+        let now = clock::now();
         let status = listening.then(|| snap.status_line(now));
         let ages = status
             .as_ref()
@@ -195,8 +196,8 @@ pub fn reloading() {
 /// READY=1 still comes from [`run`]) and the current status line.
 pub fn reloaded(health: &Health) {
     let snap = health.snapshot();
-    let status = snap.status_line(SystemTime::now());
-    if snap.started(SystemTime::now()) {
+    let status = snap.status_line(clock::now());
+    if snap.started(clock::now()) {
         send(&[NotifyState::Ready, NotifyState::Status(&status)]);
     } else {
         send(&[NotifyState::Status(&status)]);

@@ -337,7 +337,7 @@ fn sign(
     let window = signers::Window {
         lifetime,
         backdate: s.backdate,
-        now: SystemTime::now(),
+        now: crate::wall_now(),
     };
     signers::issue(
         s.signer,

@@ -76,6 +76,14 @@ pub use faults::{AcceptMode, Answer, AnswerRule, FaultRequest, Faults};
 use store::{Kind, Store};
 pub use wire::WireBytes;
 
+/// The real wall clock, never stepped: the imitated API server's and a test's own. The
+/// agent reads only `bootlet::runtime::clock::now()` (`clippy.toml` bans
+/// `SystemTime::now` everywhere else), which tests can step.
+#[allow(clippy::disallowed_methods)]
+pub fn wall_now() -> std::time::SystemTime {
+    std::time::SystemTime::now()
+}
+
 /// The group kubeadm's default bootstrap tokens carry (`auth-extra-groups`).
 pub const DEFAULT_TOKEN_GROUP: &str = "system:bootstrappers:kubeadm:default-node-token";
 /// The kubelet client signer.

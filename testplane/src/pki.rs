@@ -48,7 +48,7 @@ impl Ca {
     /// fresh CA thereby also clamps the signer's backdate during a short test run.
     pub fn generate(cn: &str) -> Result<Ca, PkiError> {
         let key = KeyPair::generate()?;
-        let now = SystemTime::now();
+        let now = crate::wall_now();
         let mut params = CertificateParams::default();
         params.distinguished_name = dn(cn, &[]);
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -148,7 +148,7 @@ impl Ca {
 
     /// The serving certificate for 127.0.0.1, ::1 and localhost; returns (cert PEM, key PEM).
     pub fn serving(&self) -> Result<(String, String), PkiError> {
-        let now = SystemTime::now();
+        let now = crate::wall_now();
         self.issue_with_new_key(&LeafSpec {
             cn: "kube-apiserver".into(),
             orgs: vec![],
@@ -172,7 +172,7 @@ impl Ca {
 
     /// A client certificate (fresh key) for `cn` in groups `orgs`; returns (cert PEM, key PEM).
     pub fn client(&self, cn: &str, orgs: &[&str]) -> Result<(String, String), PkiError> {
-        let now = SystemTime::now();
+        let now = crate::wall_now();
         self.issue_with_new_key(&LeafSpec::client(
             cn,
             orgs.iter().map(|s| s.to_string()).collect(),
@@ -381,7 +381,7 @@ mod tests {
     #[test]
     fn window_is_backdated_and_capped() {
         let ca = Ca::generate("t").unwrap();
-        let now = SystemTime::now();
+        let now = crate::wall_now();
         let (nb, na) = signing_window(now, Duration::from_secs(60), BACKDATE, &ca);
         assert_eq!(nb, ca.not_before, "a fresh CA clamps the backdate");
         let later = now + Duration::from_secs(3600);

@@ -405,7 +405,7 @@ mod tests {
         let second = Ca::generate("s").unwrap();
         let c = csr("system:node:n1", &["system:nodes"], vec![]);
         let usages = u(&["digital signature", "client auth"]);
-        let now = SystemTime::now();
+        let now = crate::wall_now();
         let window = Window {
             lifetime: Duration::from_secs(600),
             backdate: Duration::ZERO,
@@ -466,7 +466,7 @@ mod tests {
             &["system:nodes"],
             vec![dns("n1.example"), SanType::IpAddress([10, 0, 0, 1].into())],
         );
-        let now = SystemTime::now();
+        let now = crate::wall_now();
         let rsa = u(&["digital signature", "key encipherment", "server auth"]);
         let leaf = Kubelet::Serving
             .leaf("system:node:n1", &c, &rsa, now, now)

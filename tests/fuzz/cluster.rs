@@ -35,7 +35,7 @@ pub fn pki() -> &'static Pki {
 }
 
 fn make_pki() -> Pki {
-    let now = SystemTime::now();
+    let now = testplane::wall_now();
     let hour = Duration::from_secs(3600);
     let ca_key = KeyPair::generate().unwrap();
     let mut ca = CertificateParams::default();

@@ -1,5 +1,3 @@
-use std::time::SystemTime;
-
 use testplane::TestPlane;
 
 use super::*;
@@ -27,7 +25,11 @@ async fn node(cn: Option<&str>) -> (TestPlane, tempfile::TempDir, Settings) {
     if let Some(cn) = cn {
         let (cert, key) = tp.client_cert(cn, &["system:nodes"]).unwrap();
         certs
-            .install(&cert, &PrivateKeyPem::new(key), SystemTime::now())
+            .install(
+                &cert,
+                &PrivateKeyPem::new(key),
+                crate::runtime::clock::now(),
+            )
             .unwrap();
     }
     (tp, dir, settings)
@@ -37,7 +39,7 @@ async fn node(cn: Option<&str>) -> (TestPlane, tempfile::TempDir, Settings) {
 async fn a_valid_certificate_for_this_node_passes() {
     let (_tp, _dir, settings) = node(Some(&format!("system:node:{NODE}"))).await;
     let info = check(&settings).expect("the identity is in place");
-    assert!(info.not_after > SystemTime::now());
+    assert!(info.not_after > crate::runtime::clock::now());
 }
 
 #[tokio::test]

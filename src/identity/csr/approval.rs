@@ -13,6 +13,7 @@ use super::{verdict, CsrError, Pending, Verdict, WaitOptions, CSR_PATH};
 use crate::api::watch::EventStream;
 use crate::api::{self, ApiClient};
 use crate::runtime::backoff::Backoff;
+use crate::runtime::clock;
 use crate::runtime::health;
 use crate::runtime::report;
 
@@ -287,7 +288,7 @@ impl Reachability {
             tracing::debug!(csr = %name, error = %reason, "the API server still does not answer");
             return;
         }
-        let since = SystemTime::now();
+        let since = clock::now();
         self.down_since = Some(since);
         tracing::warn!(csr = %name, error = %reason, "the API server is unreachable: an approval of this CSR is not seen until it answers again; retrying (said once per outage)");
         on_pending(Pending::Unreachable {
@@ -301,7 +302,7 @@ impl Reachability {
         let Some(since) = self.down_since.take() else {
             return;
         };
-        let down = SystemTime::now().duration_since(since).unwrap_or_default();
+        let down = clock::now().duration_since(since).unwrap_or_default();
         tracing::info!(csr = %name, "the API server answers again after {}; still waiting for approval", health::human(down));
         on_pending(now);
     }

@@ -2,12 +2,13 @@
 //! can start while the first serving CSR waits; never trusted, replaced once one is issued.
 
 use std::net::IpAddr;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use crate::config::Settings;
 use crate::identity::sans;
 use crate::pki::files::CertDir;
 use crate::pki::{CertProfile, NodeKey};
+use crate::runtime::clock;
 use crate::runtime::report;
 
 /// How long the placeholder serving certificate is valid (the kubelet's own self-signed
@@ -36,7 +37,7 @@ pub fn ensure_placeholder(settings: &Settings, detected: &[IpAddr]) -> Result<()
         return Ok(());
     }
     let key = NodeKey::generate().map_err(|e| report(&e))?;
-    let now = SystemTime::now();
+    let now = clock::now();
     let chain = crate::pki::self_signed(&key, &profile, now, PLACEHOLDER_LIFETIME)
         .map_err(|e| report(&e))?;
     let file = dir

@@ -15,7 +15,6 @@ mod watch;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use bytes::Bytes;
 use http_body_util::BodyExt;
@@ -130,7 +129,7 @@ pub async fn handle(
         HeaderValue::from_static("no-cache, private"),
     );
     let rec = RequestRecord {
-        at: SystemTime::now(),
+        at: crate::wall_now(),
         conn: conn.conn,
         user,
         verb,
