@@ -178,8 +178,9 @@ async fn the_debian_package_installs_upgrades_and_removes_under_systemd() {
     ] {
         assert!(exists(c, f).await, "{f} missing");
     }
-    // The operator docs: README, CHANGELOG and every docs/*.md of this checkout.
-    for doc in ["README.md".to_string(), "CHANGELOG.md".to_string()]
+    // The operator docs: README, CHANGELOG (changelog.gz, as Debian names it) and every
+    // docs/*.md of this checkout.
+    for doc in ["README.md".to_string(), "changelog.gz".to_string()]
         .into_iter()
         .chain(super::repo_docs().map(|d| format!("docs/{d}")))
     {
