@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
     --deb-version) deb_args+=(--deb-version "$2"); shift 2 ;;
     --out) out=$2; shift 2 ;;
     --fast) deb_args+=(--fast); shift ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "deb.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done

@@ -11,9 +11,10 @@
 #    build time come from the commit.
 # 2. The man pages and the bash/zsh/fish completions, written by the binary being packaged.
 # 3. cargo generate-rpm over a staging target dir holding that binary and those files.
-#    The payload is gzip: zstd (cargo-generate-rpm's default) took 20 s against gzip's 3 s
-#    here for a payload only about 10 % smaller, and every RPM-based distribution still
-#    supported reads gzip.
+#    The payload is gzip, not cargo-generate-rpm's default zstd: every rpm reads gzip, while
+#    zstd needs rpm 4.14 or newer (not RHEL 7 or Amazon Linux 2); and this whole script took
+#    1.1 s with gzip against 5.3 s with zstd on 2 cores, for a package 17 % larger (3.8 MB
+#    against 3.2 MB from the release binary).
 #
 # --release  the package's release (default: Cargo.toml's, 1); the version is Cargo.toml's
 # --out      where the .rpm goes (default: target/generate-rpm); its path is printed last
