@@ -10,7 +10,7 @@
 #    files' mtimes come from the commit: two builds of one commit give the same package.
 # 2. The man pages and the bash/zsh/fish completions, written by the binary being packaged
 #    (`bootlet generate man|completions DIR`): generated from its clap definition, they
-#    cannot drift from its --help.
+#    cannot drift from its --help. CHANGELOG.md becomes /usr/share/doc/bootlet/changelog.gz.
 # 3. cargo deb --no-build over a staging target dir holding that binary and those files.
 #
 # --deb-version  the package version (default: Cargo.toml's version, revision 1)
@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
     --deb-version) deb_args+=(--deb-version "$2"); shift 2 ;;
     --out) out=$2; shift 2 ;;
     --fast) deb_args+=(--fast); shift ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "deb.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -61,6 +61,9 @@ strip --remove-section=.comment --remove-section=.note -o "$stage/release/bootle
 "$stage/release/bootlet" generate completions "$stage/release/packaging/completions" >/dev/null
 # Debian compresses man pages; -n leaves the name and time out (reproducible).
 gzip -9n "$stage"/release/packaging/man/*.1
+# The upstream changelog under the name Debian gives it (dh_installchangelogs; lintian's
+# wrong-name-for-upstream-changelog otherwise).
+gzip -9n <CHANGELOG.md >"$stage/release/packaging/changelog.gz"
 
 mkdir -p "$out"
 deb=$(CARGO_TARGET_DIR=$stage cargo deb --no-build --locked --quiet -p bootlet \

@@ -33,7 +33,7 @@ pub enum Command {
         ca_hashes: Vec<String>,
         timeout: Duration,
     },
-    /// Print the version.
+    /// Print the version and the supported Kubernetes versions.
     Version,
     /// Packaging (hidden): write the man pages or the shell completions into a directory.
     Generate { what: docs::Generated, dir: PathBuf },
@@ -281,10 +281,10 @@ enum Sub {
         #[arg(long, value_name = "DUR", value_parser = parse_duration)]
         timeout: Option<Duration>,
     },
-    /// Print the version
+    /// Print the version, and the Kubernetes versions this build supports and was tested against
     Version,
     /// Write the man pages (`man`) or the bash, zsh and fish completions (`completions`) into
-    /// DIR, generated from this definition (packaging/deb.sh)
+    /// DIR, generated from this definition (packaging/deb.sh, packaging/rpm.sh)
     #[command(hide = true)]
     Generate {
         #[arg(value_enum)]

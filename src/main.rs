@@ -23,7 +23,7 @@ fn main() -> ExitCode {
     };
     match command {
         Command::Version => {
-            println!("{}", bootlet::version::line());
+            println!("{}", bootlet::version::lines());
             ExitCode::SUCCESS
         }
         Command::Generate { what, dir } => match cli::docs::generate(what, &dir) {

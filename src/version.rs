@@ -1,6 +1,8 @@
-//! What `bootlet version` and `bootlet --version` print: one line with the version, the git
-//! commit and the build date. build.rs sets the last two (`unknown` commit outside git;
-//! the date is `$SOURCE_DATE_EPOCH` when set, so a package build is reproducible).
+//! What `bootlet version` and `bootlet --version` print. `--version` is one line with the
+//! version, the git commit and the build date; `bootlet version` adds a second line with the
+//! Kubernetes versions this build supports and the release it was tested against
+//! ([`KUBERNETES`]). build.rs sets the commit and date (`unknown` commit outside git; the
+//! date is `$SOURCE_DATE_EPOCH` when set, so a package build is reproducible).
 
 /// The crate version, `0.1.0`.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -20,9 +22,60 @@ pub const LONG: &str = concat!(
     ")"
 );
 
-/// The one line both spellings print.
+/// The Kubernetes minors bootlet supports and the release it was tested against.
+///
+/// **Supported: 1.33 to 1.37.** The newest is the release the test suite runs for real
+/// (`testplane/kube/go.mod`'s `k8s.io/kubernetes`, built from source by `bootlet-testplane
+/// kube-build`). The oldest is the oldest minor managed providers still run under their
+/// extended or long-term support (about 26 months from a minor's release, against upstream's
+/// 14 months for the three newest minors): 1.33 reaches the end of that in mid-2027. The API
+/// types are compiled for it too (the `v1_33` feature of k8s-openapi), so bootlet sends no
+/// field an older server of the range would not know.
+///
+/// What bootlet needs from the API server, all GA long before 1.33:
+/// - `certificates.k8s.io/v1` CertificateSigningRequests (GA in 1.19), with the
+///   `kube-apiserver-client-kubelet` and `kubelet-serving` signers;
+/// - `coordination.k8s.io/v1` Leases in `kube-node-lease` (GA in 1.14);
+/// - `authentication.k8s.io/v1` SelfSubjectReview (GA in 1.28), to ask the server whether
+///   it accepts a certificate signed by another CA than the kubeconfig's; a server without
+///   it (404) is asked a SelfSubjectAccessReview instead (`identity::issue::proof`);
+/// - `application/vnd.kubernetes.protobuf` for the Lease, as the kubelet sends it; a server
+///   that refuses protobuf gets JSON.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Kubernetes {
+    /// The oldest supported minor of Kubernetes 1.x.
+    pub oldest: u32,
+    /// The newest supported minor: the tested release's.
+    pub newest: u32,
+    /// The release the suite runs against, as go.mod spells it.
+    pub tested: &'static str,
+}
+
+/// This build's supported range: see [`Kubernetes`].
+pub const KUBERNETES: Kubernetes = Kubernetes {
+    oldest: 33,
+    newest: 37,
+    tested: "v1.37.2",
+};
+const _: () = assert!(KUBERNETES.oldest <= KUBERNETES.newest, "an empty range");
+
+/// The `--version` line: `bootlet 0.1.0 (commit 0123456789ab, built 2026-12-01T19:30:00Z)`.
 pub fn line() -> String {
     format!("bootlet {LONG}")
+}
+
+/// What `bootlet version` prints: [`line`], then
+/// `Kubernetes 1.33 to 1.37 (tested against v1.37.2)`.
+pub fn lines() -> String {
+    let Kubernetes {
+        oldest,
+        newest,
+        tested,
+    } = KUBERNETES;
+    format!(
+        "{}\nKubernetes 1.{oldest} to 1.{newest} (tested against {tested})",
+        line()
+    )
 }
 
 #[cfg(test)]
@@ -45,5 +98,108 @@ mod tests {
         );
         assert!(at.as_second() > 1_700_000_000, "{BUILD_DATE}");
         assert!(line.ends_with(&format!("built {BUILD_DATE})")), "{line}");
+    }
+
+    /// The tested release is the one the suite builds: testplane/kube/go.mod's
+    /// `k8s.io/kubernetes` requirement. Bumping one without the other fails here.
+    #[test]
+    fn the_tested_release_is_the_one_the_suite_builds() {
+        let go_mod = concat!(env!("CARGO_MANIFEST_DIR"), "/testplane/kube/go.mod");
+        let text = std::fs::read_to_string(go_mod).expect(go_mod);
+        let pinned = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("k8s.io/kubernetes "))
+            .unwrap_or_else(|| panic!("no k8s.io/kubernetes requirement in {go_mod}"));
+        assert_eq!(pinned.trim(), KUBERNETES.tested, "{go_mod}");
+        let minor: u32 = KUBERNETES
+            .tested
+            .strip_prefix("v1.")
+            .and_then(|r| r.split('.').next())
+            .and_then(|m| m.parse().ok())
+            .unwrap_or_else(|| panic!("{} is not v1.MINOR.PATCH", KUBERNETES.tested));
+        assert_eq!(
+            minor, KUBERNETES.newest,
+            "the newest supported is the tested"
+        );
+    }
+
+    /// The API types are compiled for the oldest supported minor (k8s-openapi's feature in
+    /// the workspace's Cargo.toml), so raising the floor there means raising it here.
+    #[test]
+    fn the_api_types_are_those_of_the_oldest_minor() {
+        let manifest = include_str!("../Cargo.toml");
+        let line = manifest
+            .lines()
+            .find(|l| l.starts_with("k8s-openapi "))
+            .expect("k8s-openapi in Cargo.toml");
+        let want = format!("\"v1_{}\"", KUBERNETES.oldest);
+        assert!(line.contains(&want), "{line} lacks {want}");
+    }
+
+    /// One release, said alike everywhere: Cargo.toml's version (the binary's, the .deb's and
+    /// the RPM's) is CHANGELOG.md's latest release and packaging/debian/changelog's top
+    /// entry, on the same day; the RPM's release is the Debian revision.
+    #[test]
+    fn the_changelogs_and_the_packages_agree_on_the_release() {
+        let changelog = include_str!("../CHANGELOG.md");
+        let mut releases = changelog
+            .lines()
+            .filter_map(|l| l.strip_prefix("## ["))
+            .map(|l| l.split_once(']').expect("## [VERSION] - DATE"));
+        assert_eq!(
+            releases.next(),
+            Some(("Unreleased", "")),
+            "Keep a Changelog: [Unreleased] comes first"
+        );
+        let (latest, date) = releases.next().expect("a release in CHANGELOG.md");
+        assert_eq!(latest, VERSION, "CHANGELOG.md's latest release");
+        let date: jiff::civil::Date = date
+            .strip_prefix(" - ")
+            .and_then(|d| d.parse().ok())
+            .unwrap_or_else(|| panic!("## [{latest}]{date}: not ` - YYYY-MM-DD`"));
+
+        let debian = include_str!("../packaging/debian/changelog");
+        let top = debian.lines().next().unwrap_or_default();
+        let (upstream, revision) = top
+            .strip_prefix("bootlet (")
+            .and_then(|t| t.split_once(')'))
+            .and_then(|(v, _)| v.rsplit_once('-'))
+            .unwrap_or_else(|| panic!("{top:?} is not `bootlet (VERSION-REVISION) ...`"));
+        assert_eq!(upstream, VERSION, "packaging/debian/changelog: {top}");
+        let signed = debian
+            .lines()
+            .find_map(|l| l.strip_prefix(" -- "))
+            .and_then(|l| l.split_once(">  "))
+            .map(|(_, when)| when)
+            .expect("the top entry's trailer line");
+        let signed = jiff::fmt::rfc2822::parse(signed).expect(signed);
+        assert_eq!(
+            signed.date(),
+            date,
+            "the two changelogs' dates of {VERSION}"
+        );
+
+        let manifest = include_str!("../Cargo.toml");
+        let rpm = manifest
+            .split_once("[package.metadata.generate-rpm]")
+            .expect("the RPM's metadata in Cargo.toml")
+            .1;
+        let release = rpm
+            .lines()
+            .find_map(|l| l.strip_prefix("release = "))
+            .expect("release = in [package.metadata.generate-rpm]");
+        assert_eq!(release.trim_matches('"'), revision, "RPM release vs .deb");
+    }
+
+    #[test]
+    fn version_prints_the_kubernetes_range_on_its_second_line() {
+        let out = lines();
+        let mut it = out.lines();
+        assert_eq!(it.next(), Some(line().as_str()));
+        assert_eq!(
+            it.next(),
+            Some("Kubernetes 1.33 to 1.37 (tested against v1.37.2)")
+        );
+        assert_eq!(it.next(), None);
     }
 }

@@ -30,15 +30,24 @@ fn help_snapshots() {
     snapshot("run-help.txt", &out);
 }
 
-/// `bootlet version` and `--version` print the same one line: version, commit, build date.
+/// `--version` prints one line: version, commit, build date. `bootlet version` prints the
+/// same line, then the Kubernetes versions this build supports and was tested against.
 #[test]
-fn version_prints_version_commit_and_build_date_on_one_line() {
-    let (code, out, _) = bootlet(&["version"]);
+fn version_prints_version_commit_and_build_date_then_kubernetes() {
+    let (code, both, _) = bootlet(&["version"]);
+    assert_eq!(code, Some(0));
+    let (code, out, _) = bootlet(&["--version"]);
     assert_eq!(code, Some(0));
     assert_eq!(out.lines().count(), 1, "{out}");
-    let (code, flag, _) = bootlet(&["--version"]);
-    assert_eq!(code, Some(0));
-    assert_eq!(flag, out, "--version and version differ");
+    let k = bootlet::version::KUBERNETES;
+    assert_eq!(
+        both,
+        format!(
+            "{out}Kubernetes 1.{} to 1.{} (tested against {})\n",
+            k.oldest, k.newest, k.tested
+        ),
+        "bootlet version is not --version's line and the Kubernetes line"
+    );
     // The commit is this checkout's HEAD when the test runs in a git work tree.
     let head = std::process::Command::new("git")
         .args(["rev-parse", "--short=12", "HEAD"])

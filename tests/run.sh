@@ -58,6 +58,12 @@ have man || apt_install man-db
 # kubeadm test boots from this machine's root (tests/systemd/kubeadm.rs).
 have iptables || apt_install iptables
 have cargo-deb || cargo install --locked cargo-deb --version 3.8.0
+# The RPM (tests/systemd/package.rs builds, installs, upgrades and erases it beside the
+# .deb; .ci/run lints it): cargo-generate-rpm, pinned to the version its metadata and
+# scriptlets were checked with, and Debian's rpm (no rpmbuild involved) and rpmlint.
+have cargo-generate-rpm || cargo install --locked cargo-generate-rpm --version 0.21.1
+have rpm || apt_install --no-install-recommends rpm
+have rpmlint || apt_install --no-install-recommends rpmlint
 # Go builds the real Kubernetes components. A Go older than testplane/kube/go.mod's `go`
 # line (1.21 or newer) fetches the toolchain that line names through the module proxy
 # (GOTOOLCHAIN=auto, Go's default).

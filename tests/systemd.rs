@@ -13,6 +13,8 @@ mod boot;
 mod kubeadm;
 #[path = "systemd/package.rs"]
 mod package;
+#[path = "systemd/rpm.rs"]
+mod rpm;
 mod support;
 
 use std::path::{Path, PathBuf};
@@ -469,6 +471,19 @@ fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// The names of the repository's docs/*.md: what the packages must ship.
+fn repo_docs() -> impl Iterator<Item = String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".md"))
+        .collect();
+    names.sort();
+    assert!(!names.is_empty(), "no docs/*.md");
+    names.into_iter()
 }
 
 /// The config the service reads, written next to the test and copied into the container.

@@ -18,9 +18,9 @@ use super::{
 };
 
 const KUBECONFIG: &str = "/etc/kubernetes/kubelet.conf";
-const BOOTSTRAP: &str = "/etc/kubernetes/bootstrap-kubelet.conf";
-const CONFIG: &str = "/etc/bootlet/config.yaml";
-const DROPIN: &str = "/etc/systemd/system/kubelet.service.d/20-bootlet.conf";
+pub(super) const BOOTSTRAP: &str = "/etc/kubernetes/bootstrap-kubelet.conf";
+pub(super) const CONFIG: &str = "/etc/bootlet/config.yaml";
+pub(super) const DROPIN: &str = "/etc/systemd/system/kubelet.service.d/20-bootlet.conf";
 
 /// `bash packaging/deb.sh --bin BIN --deb-version VERSION`: the .deb's path.
 pub(super) async fn build_deb(out: &Path, version: &str) -> PathBuf {
@@ -53,7 +53,7 @@ pub(super) async fn build_deb(out: &Path, version: &str) -> PathBuf {
 
 /// The node's identity as files: the client certificate, the kubeconfig, the bootstrap
 /// kubeconfig and the list of the cert dir.
-async fn identity(c: &Container) -> [Option<String>; 4] {
+pub(super) async fn identity(c: &Container) -> [Option<String>; 4] {
     [
         c.read(CERT).await,
         c.read(KUBECONFIG).await,
@@ -74,7 +74,7 @@ async fn dpkg(c: &Container, args: &[&str]) -> String {
     out
 }
 
-async fn exists(c: &Container, path: &str) -> bool {
+pub(super) async fn exists(c: &Container, path: &str) -> bool {
     c.exec(&["test", "-e", path]).await.0 || c.exec(&["test", "-L", path]).await.0
 }
 
@@ -177,6 +177,15 @@ async fn the_debian_package_installs_upgrades_and_removes_under_systemd() {
         "/usr/share/bootlet/kubelet.service.d/20-bootlet.conf",
     ] {
         assert!(exists(c, f).await, "{f} missing");
+    }
+    // The operator docs: README, CHANGELOG (changelog.gz, as Debian names it) and every
+    // docs/*.md of this checkout.
+    for doc in ["README.md".to_string(), "changelog.gz".to_string()]
+        .into_iter()
+        .chain(super::repo_docs().map(|d| format!("docs/{d}")))
+    {
+        let f = format!("/usr/share/doc/bootlet/{doc}");
+        assert!(exists(c, &f).await, "{f} missing");
     }
     let (ok, verify) = c.exec(&["dpkg", "--verify", "bootlet"]).await;
     assert!(ok && verify.trim().is_empty(), "dpkg --verify: {verify}");
