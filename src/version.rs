@@ -64,7 +64,7 @@ pub fn line() -> String {
     format!("bootlet {LONG}")
 }
 
-/// What `bootlet version` prints: [`line`], then
+/// What `bootlet version` prints: the [`line()`], then
 /// `Kubernetes 1.33 to 1.37 (tested against v1.37.2)`.
 pub fn lines() -> String {
     let Kubernetes {

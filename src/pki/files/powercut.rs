@@ -11,7 +11,6 @@ use std::time::{Duration, SystemTime};
 use super::sim::SimFs;
 use super::*;
 use crate::pki::{parse_cert_chain, self_signed, CertProfile, NodeKey};
-use crate::runtime::clock;
 
 const PKI: &str = "/var/lib/kubelet/pki";
 const KUBECONFIG: &str = "/etc/kubernetes/kubelet.conf";
@@ -40,7 +39,7 @@ impl Signer {
                 let chain = self_signed(
                     &node_key,
                     &CertProfile::client("n1"),
-                    clock::now(),
+                    testplane::wall_now(),
                     Duration::from_secs(3600),
                 )
                 .unwrap();
@@ -128,7 +127,7 @@ fn issue(dir: &CertDir<SimFs>, signer: &mut Signer) -> Result<Identity, FilesErr
         }
     };
     let new = signer.issue(&key);
-    dir.install(&new.chain, &new.key, clock::now())?;
+    dir.install(&new.chain, &new.key, testplane::wall_now())?;
     write_atomic_in(fs, kubeconfig(), kubeconfig_yaml().as_bytes(), FILE_MODE)?;
     dir.remove_pending_key()?;
     dir.prune(KEEP)?;
