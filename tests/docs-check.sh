@@ -165,6 +165,8 @@ known.discard("-h")
 FOREIGN = {
     # the kubelet
     "--hostname-override", "--tls-cert-file", "--tls-private-key-file",
+    # kubeadm
+    "--ignore-preflight-errors",
     # kube-apiserver (and kube-controller-manager's --cluster-signing-*, by prefix below)
     "--goaway-chance", "--kubelet-certificate-authority", "--max-requests-inflight",
     # systemd/install.sh and tests/run.sh
