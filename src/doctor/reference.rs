@@ -1,14 +1,14 @@
-//! The doctor reference (docs/troubleshooting.md's generated part): every check from
-//! [`CheckId::ALL`] in the order doctor runs them, with what it needs to pass first and
-//! what it observes ([`CheckId::observes`]). tests/docs.rs compares it with the file.
+//! The doctor reference (docs/troubleshooting.md's generated part): every row of
+//! [`CHECKS`] in the order doctor runs them — its id and title, what it needs to pass
+//! first and what it observes. tests/docs.rs compares it with the file.
 
-use super::CheckId;
+use crate::checkid::CHECKS;
 
 /// The generated markdown: one section per check.
 pub fn markdown() -> String {
     let mut out = String::new();
-    for (n, id) in CheckId::ALL.iter().enumerate() {
-        let needs = match id.depends_on() {
+    for (n, check) in CHECKS.iter().enumerate() {
+        let needs = match check.depends_on {
             [] => "Runs first.".to_string(),
             deps => format!(
                 "Runs after {}; skipped when that failed.",
@@ -19,9 +19,11 @@ pub fn markdown() -> String {
             ),
         };
         out.push_str(&format!(
-            "### {}. `{id}`\n\n{needs}\n\n{}\n\n",
+            "### {}. `{}`: {}\n\n{needs}\n\n{}\n\n",
             n + 1,
-            id.observes()
+            check.name,
+            check.title,
+            check.observes
         ));
     }
     out.truncate(out.trim_end().len());
