@@ -151,7 +151,8 @@ impl LeaseLoop {
         conn
     }
 
-    /// Renew until shutdown, always with the newest client from `clients`.
+    /// Renew until shutdown, always with the newest client from `clients`: one period
+    /// at a time, each a [`Period`] step that ends in [`Progress::settle`].
     pub async fn run(
         self,
         mut clients: watch::Receiver<ApiClient>,
@@ -162,28 +163,11 @@ impl LeaseLoop {
         let read_every = bystander_reads(interval, self.duration);
         let mut r = Renewer::new(self);
         let start = Instant::now();
-        let mut n: u32 = 0;
-        let mut failed_periods = 0u32;
-        let mut probe_ok: Option<bool> = None;
-        // Set once another writer has been seen: from then on bootlet only reads the Lease.
-        let mut bystander: Option<Bystander> = None;
-        // A connection of its own ([`Connection`]: HTTP/2 or 1.1, no pool, no timers). Its renewals
-        // are its liveness check: each is bounded by [`attempt_budget`], and an exchange
-        // that does not complete leaves no connection behind, so the next renewal opens a
-        // fresh one at once. Quiet stretches are covered by TCP keepalive in the kernel.
-        // JSON once this process has seen the server refuse protobuf, by an earlier loop too.
-        let wire = if health.snapshot().lease.json {
-            LeaseWire::Json
-        } else {
-            r.cfg.first_wire()
-        };
-        let mut conn = r.cfg.connection(&clients.borrow_and_update(), wire);
-        METRICS.lease_protobuf(wire == LeaseWire::Protobuf);
-        health.update(|s| s.lease.json = wire == LeaseWire::Json);
+        let mut state = Progress::open(&r.cfg, &mut clients, &health);
         let phase: f64 = rand::rng().random();
         let mut ticker = Ticker::new();
         loop {
-            let at = due(start, n, interval, phase);
+            let at = due(start, state.n, interval, phase);
             let wait = at.saturating_duration_since(Instant::now());
             health.beat(TASK, wait + BEAT_SLACK + interval / 2);
             tokio::select! {
@@ -198,90 +182,165 @@ impl LeaseLoop {
             health.beat(TASK, ATTEMPT_BOUND + interval);
             if clients.has_changed().unwrap_or(false) {
                 // What the old connection learned (a server that refused protobuf) stays.
-                let wire = conn.lease_wire();
-                conn = r.cfg.connection(&clients.borrow_and_update(), wire);
-                tracing::info!(identity = %conn.identity(), "lease: switched to the new credentials");
+                let wire = state.conn.lease_wire();
+                state.conn = r.cfg.connection(&clients.borrow_and_update(), wire);
+                tracing::info!(identity = %state.conn.identity(), "lease: switched to the new credentials");
             }
             // The next slot after now: slots missed by a slow renewal are skipped, not burst,
             // and a failed renewal is retried there, on this process's own phase.
-            n = next_slot(start, Instant::now(), interval, phase);
-
-            if !r.probe_allows(&mut probe_ok, &health).await {
+            state.n = next_slot(start, Instant::now(), interval, phase);
+            if !r.probe_allows(&mut state.probe_ok, &health).await {
                 continue;
             }
             // Bounded on the loop's own timerfd (re-armed for the next slot right after), so
             // a renewal arms no timer in the runtime.
-            let budget = attempt_budget(interval, conn.request_timeout());
-            if let Some(by) = bystander.as_mut() {
-                if !by.read_due(Instant::now()) {
-                    continue;
-                }
-                let read = tokio::select! {
-                    read = r.read(&mut conn) => read,
-                    () = ticker.sleep_until(at + budget) => Err(RenewError::NoAnswer {
-                        node: r.cfg.node.clone(),
-                        within: budget,
-                    }),
-                };
-                if !r.stand_aside(by, read, &mut conn, &health) {
-                    continue;
-                }
-                // The other writer stopped and the health probe answers: take over.
-                bystander = None;
+            let end = at + attempt_budget(interval, state.conn.request_timeout());
+            if !state.may_write(&mut r, &mut ticker, end, &health).await {
+                continue;
             }
             let started = Instant::now();
-            let wire_before = conn.lease_wire();
+            let wire_before = state.conn.lease_wire();
             let result = tokio::select! {
-                result = r.renew_in_period(&mut conn, at + interval) => result,
-                () = ticker.sleep_until(at + budget) => Err(RenewError::NoAnswer {
-                    node: r.cfg.node.clone(),
-                    within: budget,
-                }),
+                result = r.renew_in_period(&mut state.conn, at + interval) => result,
+                () = ticker.sleep_until(end) => Err(no_answer(&r.cfg.node, end - at)),
             };
             METRICS.lease_renewal(result.is_ok(), started.elapsed());
-            if conn.lease_wire() != wire_before {
+            if state.conn.lease_wire() != wire_before {
                 // The connection fell back to JSON (it logged why): for good.
                 health.update(|s| s.lease.json = true);
             }
-            match result {
-                Ok(()) => {
-                    failed_periods = 0;
-                    let now = clock::now();
-                    health.update(|s| {
-                        s.lease.last_renewed = Some(now);
-                        s.lease.failing_since = None;
-                        s.lease.paused = None;
-                    });
-                    tracing::debug!(node = %r.cfg.node, "lease renewed");
-                }
-                Err(RenewError::OtherWriter { .. }) => {
-                    let resume = match &r.cfg.probe {
-                        Some(url) => format!(" (it takes over only if that writer stops while the health probe {url} answers)"),
-                        None => String::new(),
-                    };
-                    tracing::warn!(node = %r.cfg.node, "Lease {NAMESPACE}/{} is renewed by another writer (the kubelet?): two writers hide a dead kubelet, so bootlet stops renewing it and does not resume on its own{resume}; run bootlet with --renew-lease=false when the kubelet renews its own Lease", r.cfg.node);
-                    bystander = Some(Bystander::new(Instant::now(), read_every));
-                    health.update(|s| s.lease.paused = Some(other_writer(OTHER_WRITER)));
-                }
-                Err(e) => {
-                    failed_periods += 1;
-                    let now = clock::now();
-                    let mut since = now;
-                    health.update(|s| since = *s.lease.failing_since.get_or_insert(now));
-                    let failing = now.duration_since(since).unwrap_or_default();
-                    if failing > r.cfg.duration {
-                        tracing::error!(node = %r.cfg.node, error = %report(&e), failing_for = ?failing, "Lease renewal has failed for longer than the lease duration: the node controller will mark this node NotReady");
-                    } else {
-                        tracing::warn!(node = %r.cfg.node, error = %report(&e), "Lease renewal failed");
-                    }
-                    // No answer at all (a timeout, a reset) is what a dead connection
-                    // looks like: drop it now, as the kubelet closes its connections after
-                    // a failed heartbeat. Errors the server answered get a second period.
-                    if e.is_no_answer() || failed_periods >= RECONNECT_AFTER {
-                        conn.reset();
-                    }
-                }
+            state.settle(&r.cfg, result, &health, read_every);
+        }
+    }
+}
+
+/// A renewal abandoned at the end of its `budget`.
+fn no_answer(node: &str, budget: Duration) -> RenewError {
+    RenewError::NoAnswer {
+        node: node.to_string(),
+        within: budget,
+    }
+}
+
+/// What the Lease loop carries from one period to the next.
+struct Progress {
+    /// The slot of the next renewal.
+    n: u32,
+    /// Periods in a row whose renewal failed.
+    failed_periods: u32,
+    /// The health probe's last answer (`--lease-health-probe`).
+    probe_ok: Option<bool>,
+    /// Set once another writer has been seen: from then on bootlet only reads the Lease.
+    bystander: Option<Bystander>,
+    /// A connection of its own ([`Connection`]: HTTP/2 or 1.1, no pool, no timers). Its
+    /// renewals are its liveness check: each is bounded by [`attempt_budget`], and an
+    /// exchange that does not complete leaves no connection behind, so the next renewal
+    /// opens a fresh one at once. Quiet stretches are covered by TCP keepalive in the
+    /// kernel.
+    conn: Connection,
+}
+
+// === impl Progress ===
+
+impl Progress {
+    /// The start: JSON once this process has seen the server refuse protobuf, by an
+    /// earlier loop too; else the loop's first wire format (protobuf).
+    fn open(cfg: &LeaseLoop, clients: &mut watch::Receiver<ApiClient>, health: &Health) -> Self {
+        let wire = if health.snapshot().lease.json {
+            LeaseWire::Json
+        } else {
+            cfg.first_wire()
+        };
+        let conn = cfg.connection(&clients.borrow_and_update(), wire);
+        METRICS.lease_protobuf(wire == LeaseWire::Protobuf);
+        health.update(|s| s.lease.json = wire == LeaseWire::Json);
+        Progress {
+            n: 0,
+            failed_periods: 0,
+            probe_ok: None,
+            bystander: None,
+            conn,
+        }
+    }
+
+    /// Whether this period may write the Lease: always, unless another writer was seen;
+    /// then only once a read (when one is due) shows it stopped while the health probe
+    /// answers, and bootlet takes over.
+    async fn may_write(
+        &mut self,
+        r: &mut Renewer,
+        ticker: &mut Ticker,
+        end: Instant,
+        health: &Health,
+    ) -> bool {
+        let Some(by) = self.bystander.as_mut() else {
+            return true;
+        };
+        let now = Instant::now();
+        if !by.read_due(now) {
+            return false;
+        }
+        let read = tokio::select! {
+            read = r.read(&mut self.conn) => read,
+            () = ticker.sleep_until(end) => Err(no_answer(&r.cfg.node, end.saturating_duration_since(now))),
+        };
+        if !r.stand_aside(by, read, &mut self.conn, health) {
+            return false;
+        }
+        self.bystander = None;
+        true
+    }
+
+    /// The step after one period's renewal (no IO but logs, the health snapshot and
+    /// dropping a dead connection): a success clears the failure streak; another writer
+    /// makes bootlet a bystander; a failure is logged (an error once it outlasts the lease
+    /// duration) and, with no answer at all or a second failed period, drops the
+    /// connection, as the kubelet closes its connections after a failed heartbeat.
+    fn settle(
+        &mut self,
+        cfg: &LeaseLoop,
+        result: Result<(), RenewError>,
+        health: &Health,
+        read_every: Duration,
+    ) {
+        let node = &cfg.node;
+        let e = match result {
+            Ok(()) => {
+                self.failed_periods = 0;
+                let now = clock::now();
+                health.update(|s| {
+                    s.lease.last_renewed = Some(now);
+                    s.lease.failing_since = None;
+                    s.lease.paused = None;
+                });
+                tracing::debug!(%node, "lease renewed");
+                return;
             }
+            Err(RenewError::OtherWriter { .. }) => {
+                let resume = match &cfg.probe {
+                    Some(url) => format!(" (it takes over only if that writer stops while the health probe {url} answers)"),
+                    None => String::new(),
+                };
+                tracing::warn!(%node, "Lease {NAMESPACE}/{node} is renewed by another writer (the kubelet?): two writers hide a dead kubelet, so bootlet stops renewing it and does not resume on its own{resume}; run bootlet with --renew-lease=false when the kubelet renews its own Lease");
+                self.bystander = Some(Bystander::new(Instant::now(), read_every));
+                health.update(|s| s.lease.paused = Some(other_writer(OTHER_WRITER)));
+                return;
+            }
+            Err(e) => e,
+        };
+        self.failed_periods += 1;
+        let now = clock::now();
+        let mut since = now;
+        health.update(|s| since = *s.lease.failing_since.get_or_insert(now));
+        let failing = now.duration_since(since).unwrap_or_default();
+        if failing > cfg.duration {
+            tracing::error!(%node, error = %report(&e), failing_for = ?failing, "Lease renewal has failed for longer than the lease duration: the node controller will mark this node NotReady");
+        } else {
+            tracing::warn!(%node, error = %report(&e), "Lease renewal failed");
+        }
+        // Errors the server answered get a second period.
+        if e.is_no_answer() || self.failed_periods >= RECONNECT_AFTER {
+            self.conn.reset();
         }
     }
 }
