@@ -1,6 +1,7 @@
-//! What the suite reads from /proc: a process's CPU over every thread it ever had (threads
-//! that exit keep their time), a shell's CPU with its reaped children and child pids (RSS is
-//! `testplane::sched::status_kib`); and the peak RSS GNU time wrote for a shell.
+//! What the drivers read from /proc: a process's CPU over its live threads or over every
+//! thread it ever had (threads that exit keep their time), a shell's CPU with its reaped
+//! children and child pids, memory fields of a process and of the machine, the load
+//! average; and the peak RSS GNU time wrote for a shell.
 //! Reading only; no process is touched here.
 
 use std::collections::HashMap;
@@ -39,17 +40,8 @@ impl ThreadLedger {
 
     /// Reads every live thread and returns the total over all threads ever seen.
     pub fn refresh(&mut self) -> Cpu {
-        if let Ok(tasks) = std::fs::read_dir(format!("/proc/{}/task", self.pid)) {
-            for task in tasks.flatten() {
-                let Some(tid) = task.file_name().to_str().and_then(|t| t.parse().ok()) else {
-                    continue;
-                };
-                let Ok(text) = std::fs::read_to_string(task.path().join("schedstat")) else {
-                    continue;
-                };
-                let (ns, wakeups) = testplane::sched::schedstat(&text);
-                self.record(tid, Cpu { ns, wakeups });
-            }
+        for (tid, cpu) in threads(self.pid) {
+            self.record(tid, cpu);
         }
         self.total()
     }
@@ -69,6 +61,54 @@ impl ThreadLedger {
             wakeups: a.wakeups + c.wakeups,
         })
     }
+}
+
+/// The CPU of each live thread of `pid` (thread id, its time), from
+/// /proc/PID/task/*/schedstat; empty once the process is gone.
+pub fn threads(pid: u32) -> Vec<(u32, Cpu)> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    tasks
+        .flatten()
+        .filter_map(|task| {
+            let tid = task.file_name().to_str()?.parse().ok()?;
+            let text = std::fs::read_to_string(task.path().join("schedstat")).ok()?;
+            let (ns, wakeups) = testplane::sched::schedstat(&text);
+            Some((tid, Cpu { ns, wakeups }))
+        })
+        .collect()
+}
+
+/// The CPU of `pid`'s live threads, summed: what a thread that has exited ran is not in
+/// it (`ThreadLedger` keeps that).
+pub fn live_threads(pid: u32) -> Cpu {
+    threads(pid)
+        .into_iter()
+        .fold(Cpu::default(), |a, (_, c)| Cpu {
+            ns: a.ns + c.ns,
+            wakeups: a.wakeups + c.wakeups,
+        })
+}
+
+/// A `/proc/PID/status` field in KiB (`VmRSS:`, `VmHWM:`, `RssAnon:`); `None` once the
+/// process is gone.
+pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    kib_field(&status, field)
+}
+
+/// MemAvailable from /proc/meminfo, in KiB (0 when unreadable).
+pub fn mem_available_kib() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    kib_field(&meminfo, "MemAvailable:").unwrap_or(0)
+}
+
+/// The value of the `field` line (`Name:   1234 kB`) of a /proc status-like text, in KiB.
+fn kib_field(text: &str, field: &str) -> Option<u64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
 /// utime + stime + cutime + cstime of `pid` in nanoseconds (tick resolution, 10 ms): a
@@ -145,10 +185,20 @@ mod tests {
     }
 
     #[test]
+    fn kib_fields_by_name() {
+        let text = "Name:\tx\nVmHWM:\t   9216 kB\nVmRSS:\t   8192 kB\n";
+        assert_eq!(kib_field(text, "VmRSS:"), Some(8192));
+        assert_eq!(kib_field(text, "VmHWM:"), Some(9216));
+        assert_eq!(kib_field(text, "RssAnon:"), None);
+    }
+
+    #[test]
     fn reads_this_process() {
         let pid = std::process::id();
-        assert!(testplane::sched::status_kib(pid, "VmRSS:").is_some_and(|k| k > 0));
+        assert!(status_kib(pid, "VmRSS:").is_some_and(|k| k > 0));
         assert!(ThreadLedger::new(pid).refresh().ns > 0);
+        assert!(live_threads(pid).ns > 0);
         assert!(with_reaped_children_ns(pid).is_some());
+        assert!(mem_available_kib() > 0);
     }
 }

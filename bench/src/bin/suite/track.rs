@@ -7,12 +7,10 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use testplane::sched::status_kib;
+use bootlet_bench::procfs::{self, status_kib, ThreadLedger};
 use testplane::{Event, TestPlane, WireBytes};
 use tokio::sync::{broadcast, watch};
 use tokio::time::Instant;
-
-use crate::procfs::{self, ThreadLedger};
 
 /// Where a process's CPU time is read from.
 pub enum CpuSource {

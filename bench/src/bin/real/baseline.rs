@@ -10,11 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use testplane::sched::status_kib;
+use bootlet_bench::procfs::status_kib;
+use bootlet_bench::procfs::{children, read_maxrss, with_reaped_children_ns};
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
-
-use crate::procfs::{children, read_maxrss, with_reaped_children_ns};
 
 /// The files and programs a baseline shell runs with.
 pub struct Script<'a> {

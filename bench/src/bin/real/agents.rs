@@ -7,13 +7,13 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use bootlet_bench::procfs::status_kib;
+use bootlet_bench::procfs::ThreadLedger;
 use futures_util::StreamExt;
 use serde_json::json;
 use testplane::kube::Cluster;
-use testplane::sched::status_kib;
 use tokio::time::Instant;
 
-use crate::procfs::ThreadLedger;
 use crate::relay::Relay;
 use crate::spawn::{Bins, Handle, Launch};
 pub use crate::subject::Kind;

@@ -9,6 +9,8 @@ use std::collections::HashMap;
 use std::fmt::Write;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use bootlet_bench::table::verdict;
+
 use crate::window::{Figures, Mark};
 
 /// How long after `/readyz` the Leases are watched for each node's first renewal.
@@ -111,12 +113,9 @@ fn ratio(num: f64, den: f64) -> String {
     }
 }
 
-fn verdict(r: f64) -> &'static str {
-    if r <= 1.0 {
-        "PASS"
-    } else {
-        "FAIL"
-    }
+/// PASS when a ratio is at most one.
+fn at_most_one(r: f64) -> &'static str {
+    verdict(r <= 1.0)
 }
 
 fn watch_line(what: &str, m: &Minute) -> String {
@@ -227,7 +226,7 @@ pub fn restart_report(fleet: &Restart, idle: &Restart, n: usize) -> String {
     )
     .ok();
     writeln!(out, "- return spread over the ten 1-second slots of the interval (renewTime mod 10 s): {used}/10 slots used, {dense}/10 hold at least half a fair share ({:.0}); goal ≥ 6/10: {}",
-        fair / 2.0, if used >= 6 { "PASS" } else { "FAIL" }).ok();
+        fair / 2.0, verdict(used >= 6)).ok();
     out.push_str(&bars(&h, &|i| format!("{i}-{}s", i + 1)));
     let since: Vec<f64> = times.iter().map(|t| t - epoch(fleet.ready)).collect();
     let mut after = [0usize; 12];
@@ -300,13 +299,13 @@ pub fn restart_report(fleet: &Restart, idle: &Restart, n: usize) -> String {
          {:.1} = {:.1} ms (above), (first − W) ÷ steady = {:.1} ÷ {:.1} ms = {net:.2}: {}",
         cpu_b / 1e6,
         cpu_s / 1e6,
-        verdict(raw),
+        at_most_one(raw),
         per_minute(&idle.first.f, idle.first.f.api_cpu_ns) / 1e6,
         per_minute(&idle.steady.f, idle.steady.f.api_cpu_ns) / 1e6,
         warmup / 1e6,
         (cpu_b - warmup) / 1e6,
         cpu_s / 1e6,
-        verdict(net)
+        at_most_one(net)
     )
     .ok();
     let before = fleet.conns_before_ready();

@@ -23,9 +23,6 @@ mod fleet;
 mod fleet_report;
 mod floor;
 mod pin;
-#[allow(dead_code)] // shared with the suite, which uses all of it
-#[path = "../suite/procfs.rs"]
-mod procfs;
 mod relay;
 mod renewals;
 mod rotation;

@@ -4,19 +4,14 @@
 //! from /proc, and SIGTERM for all at the end. Only processes started here are touched.
 
 use std::path::PathBuf;
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use testplane::sched::status_kib;
-use tokio::net::UnixDatagram;
-use tokio::process::{Child, Command};
+use bootlet_bench::node::{bootlet_run, write_bootstrap, Notify};
+use bootlet_bench::procfs::status_kib;
+use tokio::process::Child;
 use tokio::time::Instant;
 
 use crate::Cfg;
-
-/// When an agent's READY=1 arrived, set by its notify socket's reader.
-pub type ReadyAt = Arc<Mutex<Option<Instant>>>;
 
 /// One agent of the fleet.
 pub struct Agent {
@@ -24,8 +19,8 @@ pub struct Agent {
     pub child: Child,
     pub pid: u32,
     pub spawned: Instant,
-    /// When its READY=1 arrived.
-    pub ready: ReadyAt,
+    /// Its notify socket, which times READY=1.
+    pub notify: Notify,
     pub dir: PathBuf,
 }
 
@@ -52,33 +47,21 @@ pub async fn start(cfg: &Cfg, bootstrap_kubeconfig: &str) -> Result<Fleet, Strin
         let name = node_name(i);
         let dir = tmp.path().join(&name);
         std::fs::create_dir(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let boot = dir.join("bootstrap.conf");
-        std::fs::write(&boot, bootstrap_kubeconfig)
-            .map_err(|e| format!("{}: {e}", boot.display()))?;
-        let (socket_path, ready) = notify_socket(&dir)?;
+        write_bootstrap(&dir, bootstrap_kubeconfig)?;
+        let notify = Notify::bind(dir.join("notify"))?;
         let log = std::fs::File::create(dir.join("bootlet.log"))
             .map_err(|e| format!("{}: {e}", dir.display()))?;
-        let p = |f: &str| dir.join(f).to_string_lossy().into_owned();
-        let mut cmd = Command::new(&cfg.bootlet);
-        cmd.arg("run")
-            .args(["--bootstrap-kubeconfig", &p("bootstrap.conf")])
-            .args(["--kubeconfig", &p("kubelet.conf")])
-            .args(["--cert-dir", &p("pki")])
-            .args(["--node-name", &name, "--metrics-bind-address", "off"])
-            .args(["--lease-renew-interval", &interval])
+        let mut cmd = bootlet_run(&cfg.bootlet, &dir, &name, "off");
+        cmd.args(["--lease-renew-interval", &interval])
             .args(["--lease-duration", &duration]);
         if cfg.interval < Duration::from_secs(1) {
             cmd.arg("--test-short-lease-interval");
         }
         let spawned = Instant::now();
         let child = cmd
-            .env("NOTIFY_SOCKET", &socket_path)
+            .env("NOTIFY_SOCKET", &notify.path)
             .env_remove("WATCHDOG_USEC")
-            .env("RUST_LOG", "warn")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
             .stderr(log)
-            .kill_on_drop(true)
             .spawn()
             .map_err(|e| {
                 format!(
@@ -92,7 +75,7 @@ pub async fn start(cfg: &Cfg, bootstrap_kubeconfig: &str) -> Result<Fleet, Strin
             child,
             pid,
             spawned,
-            ready,
+            notify,
             dir,
         });
     }
@@ -101,26 +84,6 @@ pub async fn start(cfg: &Cfg, bootstrap_kubeconfig: &str) -> Result<Fleet, Strin
         agents,
         first_spawn,
     })
-}
-
-/// A datagram socket in `dir` for NOTIFY_SOCKET, read by a task that stamps READY=1 and
-/// drains the rest (STATUS= lines) so the agent's sends never back up.
-fn notify_socket(dir: &std::path::Path) -> Result<(PathBuf, ReadyAt), String> {
-    let path = dir.join("notify");
-    let socket = UnixDatagram::bind(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let ready = Arc::new(Mutex::new(None));
-    let stamp = ready.clone();
-    tokio::spawn(async move {
-        let mut buf = vec![0u8; 4096];
-        while let Ok(n) = socket.recv(&mut buf).await {
-            let text = String::from_utf8_lossy(&buf[..n]);
-            if text.lines().any(|l| l == "READY=1") {
-                let mut r = stamp.lock().unwrap_or_else(|e| e.into_inner());
-                r.get_or_insert_with(Instant::now);
-            }
-        }
-    });
-    Ok((path, ready))
 }
 
 // === impl Fleet ===
@@ -215,6 +178,6 @@ impl Fleet {
 
 impl Agent {
     pub fn ready_at(&self) -> Option<Instant> {
-        *self.ready.lock().unwrap_or_else(|e| e.into_inner())
+        self.notify.ready_at()
     }
 }

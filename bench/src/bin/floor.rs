@@ -12,6 +12,7 @@
 use std::time::Duration;
 
 use bootlet::runtime::ticker::Ticker;
+use bootlet_bench::knobs;
 use serde_json::Value;
 use testplane::client::{lease_json, resource_version};
 use testplane::TestPlane;
@@ -25,15 +26,9 @@ struct Pace {
 }
 
 fn pace() -> Pace {
-    let env = |name: &str, default: u64| {
-        std::env::var(name)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(default)
-    };
     Pace {
-        interval: Duration::from_millis(env("FLOOR_INTERVAL_MS", 100)),
-        rounds: u32::try_from(env("FLOOR_ROUNDS", 200)).unwrap_or(200),
+        interval: Duration::from_millis(knobs::num("FLOOR_INTERVAL_MS", 100)),
+        rounds: u32::try_from(knobs::num("FLOOR_ROUNDS", 200)).unwrap_or(200),
     }
 }
 

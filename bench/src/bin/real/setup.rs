@@ -9,26 +9,11 @@ use testplane::kube::{Cluster, Options};
 use crate::pin::Split;
 use crate::spawn::Bins;
 
-/// A number from the environment, or `default`.
-pub fn num(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(default)
-}
+pub use bootlet_bench::knobs::num;
+pub use bootlet_bench::procfs::mem_available_kib;
 
 pub fn secs(name: &str, default: u64) -> Duration {
     Duration::from_secs(num(name, default))
-}
-
-/// MemAvailable from /proc/meminfo, in KiB.
-pub fn mem_available_kib() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
 }
 
 /// The most peers that fit: what is available now less `REAL_MEM_MARGIN_MIB` (4096), over
@@ -87,7 +72,7 @@ pub async fn pprof(c: &Cluster, name: &str, secs: u64) {
 
 /// A path from the environment, or `default`, made absolute.
 fn path(name: &str, default: &str) -> Result<PathBuf, String> {
-    let p = std::env::var_os(name).map_or_else(|| PathBuf::from(default), PathBuf::from);
+    let p = bootlet_bench::knobs::path(name, default);
     std::path::absolute(&p).map_err(|e| format!("{}: {e}", p.display()))
 }
 
@@ -107,7 +92,7 @@ pub fn bins(c: &Cluster) -> Result<Bins, String> {
     Ok(Bins {
         bootlet,
         kube: c.bin().to_path_buf(),
-        floor: path("FLOOR_BIN", "target/release/examples/floor")?,
+        floor: path("FLOOR_BIN", "target/release/floor")?,
         baseline: path("BASELINE_SCRIPT", "bench/baseline.sh")?,
         kubectl,
         time: time.exists().then_some(time),

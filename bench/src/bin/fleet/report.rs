@@ -1,9 +1,9 @@
 //! How the fleet driver prints: distributions as one line of percentiles, histograms as
-//! rows of bars, and verdicts as PASS/FAIL beside the criterion they check.
+//! rows of bars; and which requests are a node's Lease writes and CSRs.
 
 use std::time::{Duration, SystemTime};
 
-use testplane::stats::percentile;
+use bootlet_bench::stats::percentile;
 use testplane::RequestRecord;
 
 /// `p50 … p90 … p99 … max` of `values` (seconds), with `unit` after each.
@@ -31,14 +31,6 @@ pub fn bars(counts: &[usize], width: Duration) -> String {
         out.push_str(&format!("    +{at:>6.1} s {c:>6} {bar}\n"));
     }
     out
-}
-
-pub fn verdict(ok: bool) -> &'static str {
-    if ok {
-        "PASS"
-    } else {
-        "FAIL"
-    }
 }
 
 /// Seconds from `origin` to `t` (zero when `t` is earlier).

@@ -2,12 +2,12 @@
 //! a scrape of kube-apiserver's /metrics and its CPU from /proc) and the differences between
 //! two marks.
 
+use bootlet_bench::procfs::with_reaped_children_ns;
 use testplane::kube::Cluster;
 use tokio::time::Instant;
 
 use crate::agents::{Agents, Sample};
 use crate::apimetrics::{self, bucket_delta, Scrape};
-use crate::procfs::with_reaped_children_ns;
 use crate::relay::{Relay, Snapshot};
 
 const DURATION: &str = "apiserver_request_duration_seconds";
@@ -61,7 +61,7 @@ pub async fn api_cpu_ns(c: &Cluster) -> Result<u64, String> {
 /// kube-apiserver's resident memory (VmRSS) now, KiB.
 pub async fn api_rss_kib(c: &Cluster) -> Result<u64, String> {
     let pid = api_pid(c).await?;
-    testplane::sched::status_kib(pid, "VmRSS:")
+    bootlet_bench::procfs::status_kib(pid, "VmRSS:")
         .ok_or_else(|| format!("/proc/{pid}/status unreadable"))
 }
 

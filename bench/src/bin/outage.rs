@@ -15,42 +15,25 @@
 //! could not measure (no renewal, the agent died); a missed budget is a FAIL line, not an
 //! exit status.
 
-#[path = "suite/procfs.rs"]
-#[allow(dead_code)]
-mod procfs;
-
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use bootlet_bench::knobs;
+use bootlet_bench::node::NodeDir;
+use bootlet_bench::procfs;
+use bootlet_bench::table::verdict;
 use testplane::{wait_for, Event, TestPlane};
 use tokio::io::{AsyncBufReadExt, BufReader};
-use tokio::process::Command;
 use tokio::sync::broadcast;
 use tokio::time::Instant;
 
 const NODE: &str = "outage-bench";
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 fn fail(why: &str) -> ! {
     eprintln!("outage: cannot measure: {why}");
     std::process::exit(2)
-}
-
-fn verdict(ok: bool) -> &'static str {
-    if ok {
-        "PASS"
-    } else {
-        "FAIL"
-    }
 }
 
 fn renewal(e: &Event) -> Option<()> {
@@ -64,13 +47,11 @@ fn renewal(e: &Event) -> Option<()> {
 
 #[tokio::main]
 async fn main() {
-    let outage = Duration::from_secs(env_u64("OUTAGE_SECONDS", 300));
-    let interval = Duration::from_millis(env_u64("OUTAGE_INTERVAL_MS", 10_000));
-    let window = Duration::from_secs(env_u64("CPU_WINDOW_SECONDS", 60).max(1));
-    let phase = interval.mul_f64(env_u64("OUTAGE_PHASE_PCT", 50).min(99) as f64 / 100.0);
-    let bin = std::env::var_os("BOOTLET_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("target/release/bootlet"));
+    let outage = Duration::from_secs(knobs::num("OUTAGE_SECONDS", 300));
+    let interval = Duration::from_millis(knobs::num("OUTAGE_INTERVAL_MS", 10_000));
+    let window = Duration::from_secs(knobs::num("CPU_WINDOW_SECONDS", 60).max(1));
+    let phase = interval.mul_f64(knobs::num("OUTAGE_PHASE_PCT", 50).min(99) as f64 / 100.0);
+    let bin = knobs::bootlet_bin();
 
     let tp = TestPlane::builder()
         .cert_ttl(Duration::from_secs(24 * 3600))
@@ -78,22 +59,14 @@ async fn main() {
         .await
         .unwrap_or_else(|e| fail(&format!("testplane: {e}")));
     tp.create_node(NODE);
-    let tmp = tempfile::tempdir().unwrap_or_else(|e| fail(&format!("temp dir: {e}")));
-    let d = |f: &str| tmp.path().join(f).to_string_lossy().into_owned();
-    std::fs::write(d("bootstrap.conf"), tp.bootstrap_kubeconfig())
-        .unwrap_or_else(|e| fail(&format!("bootstrap kubeconfig: {e}")));
+    let node =
+        NodeDir::new(&tp.bootstrap_kubeconfig()).unwrap_or_else(|e| fail(&format!("node: {e}")));
     let mut events = tp.events();
     let interval_arg = format!("{}ms", interval.as_millis());
-    let mut child = Command::new(&bin)
-        .args(["run", "--bootstrap-kubeconfig", &d("bootstrap.conf")])
-        .args(["--kubeconfig", &d("kubelet.conf"), "--cert-dir", &d("pki")])
-        .args(["--node-name", NODE, "--metrics-bind-address", "off"])
+    let mut child = node
+        .command(&bin, NODE, "off")
         .args(["--lease-renew-interval", &interval_arg])
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
         .stderr(Stdio::piped())
-        .kill_on_drop(true)
         .spawn()
         .unwrap_or_else(|e| fail(&format!("{}: {e} (cargo build --release)", bin.display())));
     let pid = child.id().unwrap_or_else(|| fail("bootlet exited at once"));

@@ -15,10 +15,13 @@ mod track;
 use std::path::PathBuf;
 use std::time::{Duration, SystemTime};
 
-use testplane::stats::{histogram, percentile};
+use bootlet_bench::knobs;
+use bootlet_bench::stats::percentile;
+use bootlet_bench::table::verdict;
+use testplane::stats::histogram;
 use testplane::TestPlane;
 
-use report::{bars, distribution, since, verdict};
+use report::{bars, distribution, since};
 use track::Tracker;
 
 /// What to run; every field from the command line or the environment (bench/README.md).
@@ -40,12 +43,7 @@ pub struct Cfg {
 
 impl Cfg {
     fn from_env() -> Cfg {
-        let num = |name: &str, default: u64| {
-            std::env::var(name)
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(default)
-        };
+        let num = knobs::num;
         let n = std::env::args()
             .nth(1)
             .and_then(|a| a.parse().ok())
@@ -56,8 +54,7 @@ impl Cfg {
             steady: Duration::from_secs(num("FLEET_STEADY_SECONDS", 60).max(1)),
             outage: Duration::from_secs(num("FLEET_OUTAGE_SECONDS", 60)),
             cert: Duration::from_secs(num("FLEET_CERT_SECONDS", 300).max(60)),
-            bootlet: std::env::var_os("BOOTLET_BIN")
-                .map_or_else(|| PathBuf::from("target/release/bootlet"), PathBuf::from),
+            bootlet: knobs::bootlet_bin(),
         }
     }
 }

@@ -3,17 +3,17 @@
 //! steady window, with the floor (a bare HTTP/2 PUT loop in a child process) running in
 //! the steady window half an interval out of phase. `/metrics` is on throughout.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use testplane::sched::status_kib;
+use bootlet_bench::node::{NodeDir, Notify};
+use bootlet_bench::procfs::{status_kib, ThreadLedger};
 use testplane::TestPlane;
 use tokio::process::{Child, Command};
 use tokio::time::Instant;
 
-use crate::procfs::ThreadLedger;
 use crate::track::{CpuSource, Seen, Track};
 use crate::Cfg;
 
@@ -40,27 +40,6 @@ pub struct Long {
     pub notify_datagrams: Option<u64>,
 }
 
-/// A node's directory: the bootstrap kubeconfig in, kubeconfig and cert dir out.
-struct NodeDir {
-    _tmp: tempfile::TempDir,
-    dir: PathBuf,
-}
-
-impl NodeDir {
-    fn new(tp: &TestPlane) -> Result<NodeDir, String> {
-        let tmp = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
-        let dir = tmp.path().to_path_buf();
-        let boot = dir.join("bootstrap.conf");
-        std::fs::write(&boot, tp.bootstrap_kubeconfig())
-            .map_err(|e| format!("{}: {e}", boot.display()))?;
-        Ok(NodeDir { _tmp: tmp, dir })
-    }
-
-    fn path(&self, f: &str) -> String {
-        self.dir.join(f).to_string_lossy().into_owned()
-    }
-}
-
 /// A loopback address nobody listens on right now, for `--metrics-bind-address`.
 fn free_addr() -> Result<String, String> {
     let l = std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind: {e}"))?;
@@ -77,19 +56,10 @@ fn spawn_bootlet(
     extra: &[&str],
     env: &[(&str, &std::ffi::OsStr)],
 ) -> Result<Child, String> {
-    Command::new(&cfg.bootlet)
-        .arg("run")
-        .args(["--bootstrap-kubeconfig", &node.path("bootstrap.conf")])
-        .args(["--kubeconfig", &node.path("kubelet.conf")])
-        .args(["--cert-dir", &node.path("pki")])
-        .args(["--node-name", name, "--metrics-bind-address", metrics])
+    node.command(&cfg.bootlet, name, metrics)
         .args(extra)
         .envs(env.iter().copied())
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
         .stderr(Stdio::inherit())
-        .kill_on_drop(true)
         .spawn()
         .map_err(|e| {
             format!(
@@ -111,8 +81,8 @@ pub async fn bootstrap_runs(cfg: &Cfg, tp: &TestPlane) -> Result<Boot, String> {
         hwm_kib: 0,
     };
     for run in 0..cfg.bootstrap_runs {
-        let node = NodeDir::new(tp)?;
-        let notify = Notify::bind(&node.dir)?;
+        let node = NodeDir::new(&tp.bootstrap_kubeconfig())?;
+        let notify = Notify::bind(node.dir.join("notify.sock"))?;
         let current = node.dir.join("pki/kubelet-client-current.pem");
         let start = Instant::now();
         let mut child = spawn_bootlet(
@@ -159,12 +129,12 @@ pub async fn long_run(cfg: &Cfg, tp: Arc<TestPlane>) -> Result<Long, String> {
     // As on a real node, the Node object exists (the kubelet registers it): one owner
     // lookup, then nothing but Lease writes.
     tp.create_node(NODE);
-    let node = NodeDir::new(&tp)?;
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig())?;
     let metrics_addr = free_addr()?;
     let interval = format!("{}ms", cfg.interval.as_millis());
     let duration = format!("{}ms", cfg.interval.as_millis() * 4);
     let notify = if cfg.under_systemd {
-        Some(Notify::bind(&node.dir)?)
+        Some(Notify::bind(node.dir.join("notify.sock"))?)
     } else {
         None
     };
@@ -217,12 +187,12 @@ pub async fn long_run(cfg: &Cfg, tp: Arc<TestPlane>) -> Result<Long, String> {
         Box::new(move |cn| cn == Some(floor_cn.as_str())),
         cfg.interval,
     );
-    let sent0 = notify.as_ref().map(Notify::datagrams);
+    let sent0 = notify.as_ref().map(|n| n.sent().datagrams);
     let n = cfg.window1 + cfg.steady + 1;
     track
         .samples(n, patience(cfg.interval, n), "bootlet")
         .await?;
-    let sent1 = notify.as_ref().map(Notify::datagrams);
+    let sent1 = notify.as_ref().map(|n| n.sent().datagrams);
     floor_track
         .samples(
             cfg.steady + 2,
@@ -293,50 +263,5 @@ async fn scrape_metrics(addr: &str) -> String {
             let status = text.lines().next().unwrap_or("").trim().to_string();
             format!("{status}, {} bytes", body.len())
         }
-    }
-}
-
-/// A stand-in for systemd's notify socket: the time of the first READY=1 and a datagram count.
-struct Notify {
-    path: PathBuf,
-    seen: Arc<Mutex<(Option<Instant>, u64)>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Notify {
-    fn bind(dir: &Path) -> Result<Notify, String> {
-        let path = dir.join("notify.sock");
-        let socket = tokio::net::UnixDatagram::bind(&path)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        let seen = Arc::new(Mutex::new((None, 0)));
-        let tally = seen.clone();
-        let task = tokio::spawn(async move {
-            let mut buf = vec![0u8; 64 * 1024];
-            while let Ok(n) = socket.recv(&mut buf).await {
-                let ready = String::from_utf8_lossy(&buf[..n])
-                    .lines()
-                    .any(|l| l == "READY=1");
-                let mut s = tally.lock().unwrap_or_else(|e| e.into_inner());
-                s.1 += 1;
-                if ready && s.0.is_none() {
-                    s.0 = Some(Instant::now());
-                }
-            }
-        });
-        Ok(Notify { path, seen, task })
-    }
-
-    fn ready_at(&self) -> Option<Instant> {
-        self.seen.lock().unwrap_or_else(|e| e.into_inner()).0
-    }
-
-    fn datagrams(&self) -> u64 {
-        self.seen.lock().unwrap_or_else(|e| e.into_inner()).1
-    }
-}
-
-impl Drop for Notify {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }

@@ -1,9 +1,12 @@
 //! Pure arithmetic over what a `Track` saw: a window between two samples (CPU, wake-ups,
-//! requests, bytes and handshakes per renewal, peak RSS in it), interval deviations and
-//! percentiles. No IO, no clock.
+//! requests, bytes and handshakes per renewal, peak RSS in it) and the Lease renewals on a
+//! subject's connections; deviations and percentiles are the crate's (`bootlet_bench::stats`).
+//! No IO, no clock.
 
 use std::collections::BTreeSet;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
+
+pub use bootlet_bench::stats::{deviations_ms, percentile};
 
 use testplane::RequestRecord;
 
@@ -85,27 +88,11 @@ pub fn lease_renewals(requests: &[RequestRecord], conns: &BTreeSet<u64>) -> Vec<
     at
 }
 
-/// |interval − nominal| in milliseconds for each pair of consecutive writes, sorted.
-pub fn deviations_ms(writes: &[SystemTime], nominal: Duration) -> Vec<f64> {
-    let nominal = nominal.as_secs_f64() * 1000.0;
-    let mut d: Vec<f64> = writes
-        .windows(2)
-        .map(|w| {
-            let gap = w[1].duration_since(w[0]).unwrap_or_default();
-            (gap.as_secs_f64() * 1000.0 - nominal).abs()
-        })
-        .collect();
-    d.sort_by(f64::total_cmp);
-    d
-}
-
-/// The nearest-rank percentile `q` (0..=1); `None` when empty.
-pub use testplane::stats::percentile;
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::track::Sample;
+    use std::time::Duration;
     use testplane::WireBytes;
 
     fn t(ms: u64) -> SystemTime {
@@ -170,19 +157,6 @@ mod tests {
         assert!((w.handshakes_per_hour - 180.0).abs() < 1e-9);
         assert_eq!(w.rss_max_kib, Some(9_000));
         assert_eq!(window(&seen, &reqs, 1, 2), None, "sample 3 does not exist");
-    }
-
-    #[test]
-    fn deviations_and_percentiles() {
-        let writes = [t(0), t(10_002), t(20_001), t(30_050)];
-        assert_eq!(
-            deviations_ms(&writes, Duration::from_secs(10)),
-            [1.0, 2.0, 49.0]
-        );
-        let d = [1.0, 2.0, 3.0, 4.0];
-        assert_eq!(percentile(&d, 0.5), Some(2.0));
-        assert_eq!(percentile(&d, 0.99), Some(4.0));
-        assert_eq!(percentile(&[], 0.5), None);
     }
 
     #[test]

@@ -47,7 +47,7 @@ pub fn spawn(
 ) -> Result<Proc, String> {
     if !bin.exists() {
         return Err(format!(
-            "{}: no such file (cargo build --release --example floor)",
+            "{}: no such file (cargo build --release -p bootlet-bench --bin floor)",
             bin.display()
         ));
     }

@@ -11,8 +11,8 @@
 use std::fmt::Write;
 use std::time::Duration;
 
+use bootlet_bench::stats::percentile;
 use testplane::kube::Cluster;
-use testplane::stats::percentile;
 
 use crate::agents::{delete_nodes, Agents, Stage};
 use crate::pin::Split;
@@ -63,7 +63,7 @@ async fn measure(c: &Cluster, split: Option<&Split>) -> Result<String, String> {
         root: root.path(),
     };
     let baseline_n = crate::setup::num("REAL_BASELINE_N", 50) as usize;
-    let load_before = crate::procfs::loadavg();
+    let load_before = bootlet_bench::procfs::loadavg();
 
     eprintln!("real: idle cluster for {idle_secs:?}");
     let a = mark(c, None, &relay).await?;
@@ -175,7 +175,7 @@ async fn measure(c: &Cluster, split: Option<&Split>) -> Result<String, String> {
     writeln!(
         report,
         "- load average before {load_before}, after {}; {cpus}",
-        crate::procfs::loadavg()
+        bootlet_bench::procfs::loadavg()
     )
     .ok();
     std::fs::write("target/bench-real.md", &report)

@@ -7,11 +7,11 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bootlet_bench::procfs;
 use testplane::TestPlane;
 use tokio::process::Command;
 use tokio::time::Instant;
 
-use crate::procfs;
 use crate::track::{CpuSource, Seen, Track};
 use crate::Cfg;
 

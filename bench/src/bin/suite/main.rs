@@ -9,7 +9,6 @@
 
 mod agent;
 mod baseline;
-mod procfs;
 mod report;
 mod stats;
 mod table;
@@ -19,6 +18,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bootlet_bench::{knobs, procfs};
 use testplane::TestPlane;
 
 /// What to run and for how long; every field from the environment (bench/README.md).
@@ -37,7 +37,7 @@ pub struct Cfg {
     pub under_systemd: bool,
     /// `BOOTLET_BIN` (target/release/bootlet).
     pub bootlet: PathBuf,
-    /// `FLOOR_BIN` (target/release/examples/floor).
+    /// `FLOOR_BIN` (target/release/floor).
     pub floor: PathBuf,
     /// `BASELINE_SCRIPT` (bench/baseline.sh).
     pub baseline_script: PathBuf,
@@ -49,15 +49,7 @@ pub struct Cfg {
 
 impl Cfg {
     fn from_env() -> Cfg {
-        let num = |name: &str, default: u64| {
-            std::env::var(name)
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(default)
-        };
-        let path = |name: &str, default: &str| {
-            std::env::var_os(name).map_or_else(|| PathBuf::from(default), PathBuf::from)
-        };
+        let (num, path) = (knobs::num, knobs::path);
         let interval = Duration::from_millis(num("BENCH_INTERVAL_MS", 10_000).max(100));
         let renewals = |name: &str| {
             let secs = Duration::from_secs(num(name, 120));
@@ -71,8 +63,8 @@ impl Cfg {
             baseline: renewals("BENCH_BASELINE_SECONDS"),
             bootstrap_runs: u32::try_from(num("BENCH_BOOTSTRAP_RUNS", 10).max(1)).unwrap_or(10),
             under_systemd: num("BENCH_UNDER_SYSTEMD", 0) == 1,
-            bootlet: path("BOOTLET_BIN", "target/release/bootlet"),
-            floor: path("FLOOR_BIN", "target/release/examples/floor"),
+            bootlet: knobs::bootlet_bin(),
+            floor: knobs::floor_bin(),
             baseline_script: path("BASELINE_SCRIPT", "bench/baseline.sh"),
             kubectl: std::env::var("KUBECTL").unwrap_or_else(|_| "kubectl".into()),
             time: time.exists().then_some(time),

@@ -2,6 +2,8 @@
 //! hand-written baseline's, the bare stack's (floor), the ratio and PASS/FAIL where a budget
 //! applies. Rendering and budget checks only; the figures come from `main`.
 
+use bootlet_bench::table::{verdict, Align, Markdown};
+
 /// A budget a figure is held to.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Budget {
@@ -17,9 +19,8 @@ impl Budget {
         match (self, value) {
             (Budget::None, _) => "—",
             (_, None) => "FAIL (no figure)",
-            (Budget::AtMost(b), Some(v)) if v <= b => "PASS",
-            (Budget::AtLeast(b), Some(v)) if v >= b => "PASS",
-            _ => "FAIL",
+            (Budget::AtMost(b), Some(v)) => verdict(v <= b),
+            (Budget::AtLeast(b), Some(v)) => verdict(v >= b),
         }
     }
 }
@@ -80,31 +81,33 @@ impl Row {
 
 /// The table as markdown, and how many budgeted rows failed.
 pub fn render(rows: &[Row]) -> (String, usize) {
-    let mut out = String::from(
-        "| what | budget | bootlet | baseline (bash + openssl + kubectl) | floor (bare HTTP/2 PUT) | ratio | pass |\n|---|---|---|---|---|---|---|\n",
+    let mut out = Markdown::new(
+        [
+            "what",
+            "budget",
+            "bootlet",
+            "baseline (bash + openssl + kubectl)",
+            "floor (bare HTTP/2 PUT)",
+            "ratio",
+            "pass",
+        ]
+        .map(|c| (c, Align::Left)),
     );
     let mut failed = 0;
     for r in rows {
         let verdict = r.budget.verdict(r.checked);
         failed += usize::from(verdict.starts_with("FAIL"));
-        let cells = [
-            &r.what,
+        out.row([
+            r.what.as_str(),
             &r.budget_text,
             &r.bootlet,
             &r.baseline,
             &r.floor,
             &r.ratio,
-        ];
-        for c in cells {
-            out.push_str("| ");
-            out.push_str(&c.replace('|', "\\|"));
-            out.push(' ');
-        }
-        out.push_str("| ");
-        out.push_str(verdict);
-        out.push_str(" |\n");
+            verdict,
+        ]);
     }
-    (out, failed)
+    (out.finish(), failed)
 }
 
 /// `a ÷ b` as "N×" (no decimals from 100 up), or "—" when either is missing or b is 0.

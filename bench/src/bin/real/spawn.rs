@@ -14,7 +14,7 @@ use crate::subject::{Subject, INTERVAL};
 pub struct Bins {
     pub bootlet: PathBuf,
     pub kube: PathBuf,
-    /// bench/floor.rs built (`FLOOR_BIN`, target/release/examples/floor).
+    /// src/bin/floor.rs built (`FLOOR_BIN`, target/release/floor).
     pub floor: PathBuf,
     /// bench/baseline.sh (`BASELINE_SCRIPT`).
     pub baseline: PathBuf,

@@ -9,86 +9,39 @@
 //! `UNDER_SYSTEMD=1` runs bootlet as systemd does: `NOTIFY_SOCKET` on a socket this bench
 //! reads and counts, and `WATCHDOG_USEC` (30 s unless set).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, SystemTime};
 
+use bootlet_bench::node::{NodeDir, Notify};
+use bootlet_bench::stats::{deviations_ms, percentile};
+use bootlet_bench::{knobs, procfs};
 use testplane::{Event, TestPlane};
-use tokio::process::{Child, Command};
+use tokio::process::Child;
 
-fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn bootlet_bin() -> PathBuf {
-    std::env::var_os("BOOTLET_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("target/release/bootlet"))
-}
-
-struct Node {
-    _tmp: tempfile::TempDir,
-    dir: PathBuf,
-}
-
-fn node(tp: &TestPlane) -> Node {
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let dir = tmp.path().to_path_buf();
-    std::fs::write(dir.join("bootstrap.conf"), tp.bootstrap_kubeconfig()).expect("write");
-    Node { _tmp: tmp, dir }
-}
-
-fn spawn(node: &Node, name: &str, extra: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Child {
-    let d = |f: &str| node.dir.join(f).to_string_lossy().into_owned();
-    Command::new(bootlet_bin())
-        .args([
-            "run",
-            "--bootstrap-kubeconfig",
-            &d("bootstrap.conf"),
-            "--kubeconfig",
-        ])
-        .arg(d("kubelet.conf"))
-        .args([
-            "--cert-dir",
-            &d("pki"),
-            "--node-name",
-            name,
-            "--metrics-bind-address",
-            "off",
-        ])
+fn spawn(node: &NodeDir, name: &str, extra: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Child {
+    node.command(&knobs::bootlet_bin(), name, "off")
         .args(extra)
         .envs(env.iter().copied())
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
         .stderr(Stdio::inherit())
-        .kill_on_drop(true)
         .spawn()
         .expect("spawn bootlet (build it with `cargo build --release`)")
 }
 
 /// `VmHWM` or `VmRSS` of a process, in KiB.
 fn status_kib(pid: u32, field: &str) -> u64 {
-    testplane::sched::status_kib(pid, field).unwrap_or(0)
+    procfs::status_kib(pid, field).unwrap_or(0)
 }
 
-/// CPU time (nanoseconds) and wake-ups (times scheduled in) summed over every thread of
-/// `pid`, from /proc/PID/task/*/schedstat.
+/// CPU time (nanoseconds) and wake-ups (times scheduled in) summed over every live thread
+/// of `pid`.
 fn cpu_ns(pid: u32) -> (u64, u64) {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return (0, 0);
-    };
-    tasks
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
-        .map(|s| testplane::sched::schedstat(&s))
-        .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1))
+    let cpu = procfs::live_threads(pid);
+    (cpu.ns, cpu.wakeups)
 }
 
 async fn bootstrap_once(tp: &TestPlane, run: u64) -> (Duration, u64) {
-    let node = node(tp);
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig()).expect("node directory");
     let current = node.dir.join("pki/kubelet-client-current.pem");
     let start = tokio::time::Instant::now();
     let mut child = spawn(
@@ -118,11 +71,6 @@ fn exists_with_key(p: &Path) -> bool {
     std::fs::read_to_string(p).is_ok_and(|s| s.contains("PRIVATE KEY"))
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
 #[tokio::main]
 async fn main() {
     let tp = TestPlane::builder()
@@ -132,7 +80,7 @@ async fn main() {
         .expect("testplane");
 
     // --- Phase 1: bootstrap latency and peak RSS.
-    let runs = env_u64("BOOTSTRAP_RUNS", 10);
+    let runs = knobs::num("BOOTSTRAP_RUNS", 10);
     let mut times = Vec::new();
     let mut peak = 0;
     for run in 0..runs {
@@ -144,15 +92,15 @@ async fn main() {
     println!(
         "bootstrap: start -> certificate on disk over {runs} runs: min {:.1} ms, median {:.1} ms, max {:.1} ms; peak RSS (VmHWM) {:.1} MiB",
         times[0],
-        percentile(&times, 0.5),
+        percentile(&times, 0.5).unwrap_or_default(),
         times[times.len() - 1],
         peak as f64 / 1024.0
     );
 
     // --- Phase 2: the lease loop at the given interval.
-    let secs = env_u64("LEASE_SECONDS", 600);
-    let interval_ms = env_u64("LEASE_INTERVAL_MS", 10_000);
-    let node = node(&tp);
+    let secs = knobs::num("LEASE_SECONDS", 600);
+    let interval_ms = knobs::num("LEASE_INTERVAL_MS", 10_000);
+    let node = NodeDir::new(&tp.bootstrap_kubeconfig()).expect("node directory");
     let name = "bench-lease";
     // As on a real node, the Node object exists (the kubelet registers it): one owner
     // lookup, then nothing but Lease writes.
@@ -162,11 +110,13 @@ async fn main() {
     let duration = format!("{}s", (interval_ms * 4 / 1000).max(2));
     // UNDER_SYSTEMD=1: as systemd runs it, with a notify socket that counts what bootlet
     // sends and the unit's WatchdogSec=30s. The default runs it bare: the renewal alone.
-    let systemd = env_u64("UNDER_SYSTEMD", 0) == 1;
-    let notify = systemd.then(|| Notify::bind(&node.dir));
+    let systemd = knobs::num("UNDER_SYSTEMD", 0) == 1;
+    let notify = systemd
+        .then(|| Notify::bind(node.dir.join("notify.sock")).expect("bind the notify socket"));
     // WATCHDOG_USEC as the unit sets it (WatchdogSec=30s); at a short LEASE_INTERVAL_MS,
     // scale it (e.g. 2000000 at 1000 ms) to keep one ping per renewal as at 10 s.
-    let watchdog_usec = std::ffi::OsString::from(env_u64("WATCHDOG_USEC", 30_000_000).to_string());
+    let watchdog_usec =
+        std::ffi::OsString::from(knobs::num("WATCHDOG_USEC", 30_000_000).to_string());
     let mut env = Vec::new();
     if let Some(n) = &notify {
         env.push(("NOTIFY_SOCKET", n.path.as_os_str()));
@@ -198,7 +148,7 @@ async fn main() {
     }
     let t0 = SystemTime::now();
     let cpu0 = cpu_ns(pid);
-    let sent0 = notify.as_ref().map(Notify::counts);
+    let sent0 = notify.as_ref().map(Notify::sent);
     let mut rss_max = 0;
     let end = tokio::time::Instant::now() + Duration::from_secs(secs);
     while tokio::time::Instant::now() < end {
@@ -207,7 +157,7 @@ async fn main() {
     }
     let (cpu1, wakes1) = cpu_ns(pid);
     let (cpu, wakes) = (cpu1 - cpu0.0, wakes1 - cpu0.1);
-    let sent = notify.as_ref().map(Notify::counts);
+    let sent = notify.as_ref().map(Notify::sent);
     let _ = child.kill().await;
 
     let user = format!("system:node:{name}");
@@ -236,14 +186,8 @@ async fn main() {
         }
         n
     };
-    let interval = Duration::from_millis(interval_ms).as_secs_f64() * 1000.0;
-    let mut dev: Vec<f64> = renewals
-        .windows(2)
-        .map(|w| {
-            (w[1].duration_since(w[0]).unwrap_or_default().as_secs_f64() * 1000.0 - interval).abs()
-        })
-        .collect();
-    dev.sort_by(f64::total_cmp);
+    let dev = deviations_ms(&renewals, Duration::from_millis(interval_ms));
+    let interval = interval_ms as f64;
     let n = renewals.len().max(1);
     println!(
         "lease: {} renewals in {secs} s at {interval_ms} ms; {} requests by the node ({:.2} per renewal); {handshakes} TLS handshakes by the node after the first renewal",
@@ -254,8 +198,8 @@ async fn main() {
     if !dev.is_empty() {
         println!(
             "lease: interval deviation p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms (jitter allowance {:.0} ms)",
-            percentile(&dev, 0.5),
-            percentile(&dev, 0.99),
+            percentile(&dev, 0.5).unwrap_or_default(),
+            percentile(&dev, 0.99).unwrap_or_default(),
             dev[dev.len() - 1],
             interval * 0.04
         );
@@ -281,43 +225,4 @@ async fn main() {
         ),
     }
     tp.shutdown().await;
-}
-
-/// A stand-in for systemd's notify socket: counts datagrams and the states in them.
-struct Notify {
-    path: PathBuf,
-    counts: std::sync::Arc<std::sync::Mutex<Sent>>,
-}
-
-#[derive(Clone, Copy, Default)]
-struct Sent {
-    datagrams: u64,
-    status: u64,
-    watchdog: u64,
-}
-
-impl Notify {
-    fn bind(dir: &Path) -> Notify {
-        let path = dir.join("notify.sock");
-        let socket = tokio::net::UnixDatagram::bind(&path).expect("bind the notify socket");
-        let counts = std::sync::Arc::new(std::sync::Mutex::new(Sent::default()));
-        let tally = counts.clone();
-        tokio::spawn(async move {
-            let mut buf = vec![0u8; 64 * 1024];
-            while let Ok(n) = socket.recv(&mut buf).await {
-                let text = String::from_utf8_lossy(&buf[..n]);
-                let mut c = tally.lock().unwrap_or_else(|e| e.into_inner());
-                c.datagrams += 1;
-                for line in text.lines() {
-                    c.status += u64::from(line.starts_with("STATUS="));
-                    c.watchdog += u64::from(line == "WATCHDOG=1");
-                }
-            }
-        });
-        Notify { path, counts }
-    }
-
-    fn counts(&self) -> Sent {
-        *self.counts.lock().unwrap_or_else(|e| e.into_inner())
-    }
 }

@@ -3,6 +3,8 @@
 //! `render` prints bootlet and the peer (the rotation's table); `render_all` adds the floor
 //! and the baseline (`real bench`), empty where a figure does not apply to them.
 
+use bootlet_bench::table::{verdict, Align, Markdown};
+
 /// How a value prints.
 #[derive(Debug, Clone, Copy)]
 pub enum Unit {
@@ -95,32 +97,29 @@ pub fn render_all(rows: &[Row]) -> String {
 }
 
 fn render_columns(rows: &[Row], columns: usize) -> String {
-    let mut out = format!(
-        "| what | {} | bootlet ÷ peer | budget | pass |\n|---|{}---:|---|---|\n",
-        COLUMNS[..columns].join(" | "),
-        "---:|".repeat(columns)
-    );
+    let header = std::iter::once(("what", Align::Left))
+        .chain(COLUMNS[..columns].iter().map(|c| (*c, Align::Right)))
+        .chain([
+            ("bootlet ÷ peer", Align::Right),
+            ("budget", Align::Left),
+            ("pass", Align::Left),
+        ]);
+    let mut out = Markdown::new(header);
     for r in rows {
         let ratio = r.ratio();
         let (budget, pass) = match (r.budget, ratio) {
-            (Some((most, reads)), Some(x)) => {
-                (reads.to_string(), if x <= most { "PASS" } else { "FAIL" })
-            }
+            (Some((most, reads)), Some(x)) => (reads.to_string(), verdict(x <= most)),
             (Some((_, reads)), None) => (reads.to_string(), "—"),
             (None, _) => ("—".to_string(), "—"),
         };
-        let values: Vec<String> = r.values[..columns]
-            .iter()
-            .map(|v| value(r.unit, *v))
-            .collect();
-        out.push_str(&format!(
-            "| {} | {} | {} | {budget} | {pass} |\n",
-            r.what,
-            values.join(" | "),
+        let values = r.values[..columns].iter().map(|v| value(r.unit, *v));
+        out.row(std::iter::once(r.what.clone()).chain(values).chain([
             ratio.map_or("—".into(), |x| format!("{x:.2}")),
-        ));
+            budget,
+            pass.to_string(),
+        ]));
     }
-    out
+    out.finish()
 }
 
 #[cfg(test)]
