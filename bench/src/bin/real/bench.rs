@@ -158,7 +158,7 @@ async fn measure(c: &Cluster, split: Option<&Split>) -> Result<String, String> {
     .ok();
     writeln!(
         report,
-        "- the floor: bench/floor.rs's child, a bare reqwest PUT of its Lease over one HTTP/2 + \
+        "- the floor: bench/src/bin/floor.rs's child, a bare reqwest PUT of its Lease over one HTTP/2 + \
          mTLS connection, its certificate minted by the driver (no join), its N starts spread \
          over one interval; the baseline: bench/baseline.sh with the release's kubectl, which \
          renews with `kubectl patch` (a GET, then a PATCH, a new process and TLS connection \

@@ -1,4 +1,4 @@
-//! The floor on the real cluster: bench/floor.rs in its child mode, one process per node —
+//! The floor on the real cluster: bench/src/bin/floor.rs in its child mode, one process per node —
 //! a bare reqwest PUT of its node's Lease every 10 s over one keep-alive HTTP/2 + mTLS
 //! connection (ALPN h2, as bootlet's Lease connection to kube-apiserver), woken by bootlet's
 //! timerfd `Ticker`, with no bootlet code. It measures the renewal loop only, not a join:

@@ -28,7 +28,7 @@ impl Kind {
 pub enum Subject {
     Bootlet,
     Peer,
-    /// bench/floor.rs's child mode: the bare HTTP stack renewing the Lease, no join (the
+    /// bench/src/bin/floor.rs's child mode: the bare HTTP stack renewing the Lease, no join (the
     /// driver mints its certificate), no bootlet code (`floor.rs`).
     Floor,
     /// bench/baseline.sh: bash + openssl + kubectl (`baseline.rs`).

@@ -215,7 +215,7 @@ pub async fn long_run(cfg: &Cfg, tp: Arc<TestPlane>) -> Result<Long, String> {
     })
 }
 
-/// The floor: bench/floor.rs's child mode, a bare reqwest PUT of a Lease over HTTP/2 +
+/// The floor: bench/src/bin/floor.rs's child mode, a bare reqwest PUT of a Lease over HTTP/2 +
 /// mTLS woken by bootlet's timerfd Ticker, for enough rounds to cover the steady window.
 fn spawn_floor(cfg: &Cfg, tp: &TestPlane) -> Result<(Child, tempfile::TempDir), String> {
     let dir = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;

@@ -241,7 +241,7 @@ pub fn notes(f: &Figures, machine: String) -> Vec<String> {
             cfg.kubectl,
             cfg.interval.as_secs_f64()
         ),
-        "floor: bench/floor.rs's child mode, a bare reqwest PUT of a Lease over HTTP/2 + mTLS (as bootlet's Lease connection speaks to the testplane) on one keep-alive connection, woken by bootlet's timerfd Ticker, no bootlet code; run in the steady window beside bootlet, half an interval out of phase.".into(),
+        "floor: bench/src/bin/floor.rs's child mode, a bare reqwest PUT of a Lease over HTTP/2 + mTLS (as bootlet's Lease connection speaks to the testplane) on one keep-alive connection, woken by bootlet's timerfd Ticker, no bootlet code; run in the steady window beside bootlet, half an interval out of phase.".into(),
     ];
     notes.push(match (cfg.under_systemd, f.long.notify_datagrams) {
         (true, Some(n)) => format!(
