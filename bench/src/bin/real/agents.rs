@@ -60,6 +60,38 @@ pub struct Stage<'a> {
     pub root: &'a Path,
 }
 
+/// What a `Stage` borrows, owned: every measurement (`bench`, `rotation`, `fleet`) starts
+/// by setting it up on its cluster.
+pub struct Set {
+    bins: Bins,
+    pub relay: Relay,
+    root: tempfile::TempDir,
+}
+
+// === impl Set ===
+
+impl Set {
+    /// The binaries (bootlet must exist), a counting relay in front of `c`'s API server and
+    /// a temp dir for the nodes.
+    pub async fn up(c: &Cluster) -> Result<Set, String> {
+        let bins = crate::setup::bins(c)?;
+        let relay = Relay::start(c.addr())
+            .await
+            .map_err(|e| format!("relay: {e}"))?;
+        let root = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
+        Ok(Set { bins, relay, root })
+    }
+
+    pub fn stage<'a>(&'a self, c: &'a Cluster) -> Stage<'a> {
+        Stage {
+            c,
+            bins: &self.bins,
+            relay: &self.relay,
+            root: self.root.path(),
+        }
+    }
+}
+
 // === impl Agents ===
 
 impl Agents {

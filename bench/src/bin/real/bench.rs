@@ -14,9 +14,8 @@ use std::time::Duration;
 use bootlet_bench::stats::percentile;
 use testplane::kube::Cluster;
 
-use crate::agents::{delete_nodes, Agents, Stage};
+use crate::agents::{delete_nodes, Agents, Set, Stage};
 use crate::pin::Split;
-use crate::relay::Relay;
 use crate::rows::{rows_for, Group};
 use crate::subject::Subject;
 use crate::table::render_all;
@@ -43,7 +42,6 @@ pub async fn run() -> Result<String, String> {
 }
 
 async fn measure(c: &Cluster, split: Option<&Split>) -> Result<String, String> {
-    let bins = crate::setup::bins(c)?;
     let ns: Vec<usize> = std::env::var("REAL_NS")
         .unwrap_or_else(|_| "100,500".into())
         .split(',')
@@ -52,23 +50,16 @@ async fn measure(c: &Cluster, split: Option<&Split>) -> Result<String, String> {
     let steady = crate::setup::secs("REAL_STEADY_SECONDS", 120);
     let settle = crate::setup::secs("REAL_SETTLE_SECONDS", 30);
     let idle_secs = crate::setup::secs("REAL_IDLE_SECONDS", 60);
-    let relay = Relay::start(c.addr())
-        .await
-        .map_err(|e| format!("relay: {e}"))?;
-    let root = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
-    let stage = Stage {
-        c,
-        bins: &bins,
-        relay: &relay,
-        root: root.path(),
-    };
+    let set = Set::up(c).await?;
+    let stage = set.stage(c);
+    let relay = &set.relay;
     let baseline_n = crate::setup::num("REAL_BASELINE_N", 50) as usize;
     let load_before = bootlet_bench::procfs::loadavg();
 
     eprintln!("real: idle cluster for {idle_secs:?}");
-    let a = mark(c, None, &relay).await?;
+    let a = mark(c, None, relay).await?;
     tokio::time::sleep(idle_secs).await;
-    let b = mark(c, None, &relay).await?;
+    let b = mark(c, None, relay).await?;
     let idle = Idle {
         f: between(&a, &b),
         a,

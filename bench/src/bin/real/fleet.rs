@@ -23,7 +23,7 @@ use serde_json::Value;
 use testplane::kube::Cluster;
 use tokio::time::Instant;
 
-use crate::agents::{delete_nodes, Agents, Kind, Stage};
+use crate::agents::{delete_nodes, Agents, Kind, Set, Stage};
 use crate::fleet_report::{
     apf_report, peers_note, restart_report, warmup_report, Minute, Restart, Watched, RETURN_WATCH,
 };
@@ -52,17 +52,9 @@ pub async fn run(n: usize) -> Result<String, String> {
 }
 
 async fn measure(c: &Cluster, n: usize) -> Result<String, String> {
-    let bins = crate::setup::bins(c)?;
-    let relay = Relay::start(c.addr())
-        .await
-        .map_err(|e| format!("relay: {e}"))?;
-    let root = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
-    let stage = Stage {
-        c,
-        bins: &bins,
-        relay: &relay,
-        root: root.path(),
-    };
+    let set = Set::up(c).await?;
+    let stage = set.stage(c);
+    let relay = &set.relay;
     let mut report = format!(
         "# fleet on the real cluster (Kubernetes {}), N = {n} requested\n\n",
         c.release()
@@ -73,7 +65,7 @@ async fn measure(c: &Cluster, n: usize) -> Result<String, String> {
         "fleet-real: no agent: an idle minute, then kube-apiserver restarted and its first minute"
     );
     tokio::time::sleep(IDLE_SETTLE).await;
-    let idle = restart(c, None, &relay).await?;
+    let idle = restart(c, None, relay).await?;
     report.push_str(&warmup_report(&idle));
 
     let mut kinds = vec![];

@@ -42,7 +42,7 @@ use serde_json::Value;
 use testplane::kube::{Cluster, Options};
 use tokio::time::Instant;
 
-use crate::agents::{Agents, Kind, Stage};
+use crate::agents::{Agents, Kind, Set, Stage};
 use crate::pin::Split;
 use crate::relay::Relay;
 use crate::table::{render, Row, Unit};
@@ -134,17 +134,8 @@ pub async fn run() -> Result<String, String> {
 }
 
 async fn measure(c: &Cluster, split: Option<&Split>) -> Result<String, String> {
-    let bins = crate::setup::bins(c)?;
-    let relay = Relay::start(c.addr())
-        .await
-        .map_err(|e| format!("relay: {e}"))?;
-    let root = tempfile::tempdir().map_err(|e| format!("temp dir: {e}"))?;
-    let stage = Stage {
-        c,
-        bins: &bins,
-        relay: &relay,
-        root: root.path(),
-    };
+    let set = Set::up(c).await?;
+    let stage = set.stage(c);
     let n = crate::setup::num("REAL_ROTATION_N", 10) as usize;
     let mut costs = Vec::new();
     for kind in [Kind::Bootlet, Kind::Peer] {
