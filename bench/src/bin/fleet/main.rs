@@ -62,10 +62,7 @@ impl Cfg {
 #[tokio::main]
 async fn main() {
     let cfg = Cfg::from_env();
-    if let Err(e) = run(&cfg).await {
-        eprintln!("fleet: {e}");
-        std::process::exit(2);
-    }
+    bootlet_bench::exit_on_error("fleet", run(&cfg).await);
 }
 
 async fn run(cfg: &Cfg) -> Result<(), String> {

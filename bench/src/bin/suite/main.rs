@@ -75,10 +75,7 @@ impl Cfg {
 #[tokio::main]
 async fn main() {
     let cfg = Cfg::from_env();
-    if let Err(e) = run(&cfg).await {
-        eprintln!("bench: {e}");
-        std::process::exit(2);
-    }
+    bootlet_bench::exit_on_error("bench", run(&cfg).await);
 }
 
 async fn run(cfg: &Cfg) -> Result<(), String> {
