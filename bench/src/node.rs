@@ -110,7 +110,9 @@ impl Notify {
         let sent = Arc::new(Mutex::new(Sent::default()));
         let tally = sent.clone();
         let task = tokio::spawn(async move {
-            let mut buf = vec![0u8; 64 * 1024];
+            // sd_notify messages are a few lines; a longer datagram still counts as one,
+            // its tail cut. 4 KiB a socket keeps a fleet of a thousand at 4 MiB.
+            let mut buf = vec![0u8; 4096];
             while let Ok(n) = socket.recv(&mut buf).await {
                 let text = String::from_utf8_lossy(&buf[..n]);
                 let mut s = tally.lock().unwrap_or_else(|e| e.into_inner());
