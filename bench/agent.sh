@@ -9,6 +9,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --quiet --release -p bootlet
-cargo build --quiet --release -p bootlet-testplane --example agent_bench
+cargo build --quiet --release -p bootlet-bench --bin agent_bench
 echo "release binary: $(stat -c %s target/release/bootlet) bytes ($(du -h target/release/bootlet | cut -f1))"
-BOOTLET_BIN=target/release/bootlet ./target/release/examples/agent_bench
+BOOTLET_BIN=target/release/bootlet ./target/release/agent_bench

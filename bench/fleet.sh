@@ -13,21 +13,21 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 n=${1:-${FLEET_N:-200}}
-# N --real: the real cluster instead (testplane/examples/real/fleet.rs): bootlet's N, then the
+# N --real: the real cluster instead (bench/src/bin/real/fleet.rs): bootlet's N, then the
 # peer's (the kubelet's identity code), a kube-apiserver SIGKILL and restart, then APF
 # throttling. The report goes to target/bench-fleet-real.md.
 if [ "${2:-}" = "--real" ] || [ "${1:-}" = "--real" ]; then
   [ "$n" = "--real" ] && n=${2:-${FLEET_N:-500}}
   ulimit -n 65536 2>/dev/null || true
   cargo build --quiet --release -p bootlet --features test-hooks --bin bootlet
-  cargo build --quiet --release -p bootlet-testplane --example real
+  cargo build --quiet --release -p bootlet-bench --bin real
   mkdir -p target
-  exec ./target/release/examples/real fleet "$n"
+  exec ./target/release/real fleet "$n"
 fi
 # Each agent holds a few descriptors; the driver holds a notify socket and a log per agent.
 ulimit -n "$(( n * 8 + 1024 ))" 2>/dev/null || true
 # test-hooks: under a 1 s interval the agents run with --test-short-lease-interval.
 cargo build --quiet --release -p bootlet --features test-hooks --bin bootlet
-cargo build --quiet --release -p bootlet-testplane --example fleet
+cargo build --quiet --release -p bootlet-bench --bin fleet
 mkdir -p target
-./target/release/examples/fleet "$n" | tee target/bench-fleet.txt
+./target/release/fleet "$n" | tee target/bench-fleet.txt

@@ -8,5 +8,5 @@
 #   bash bench/floor.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --quiet --release --example floor
-./target/release/examples/floor
+cargo build --quiet --release -p bootlet-bench --bin floor
+./target/release/floor

@@ -11,5 +11,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --quiet --release -p bootlet
-cargo build --quiet --release -p bootlet-testplane --example outage
-BOOTLET_BIN=${BOOTLET_BIN:-target/release/bootlet} ./target/release/examples/outage
+cargo build --quiet --release -p bootlet-bench --bin outage
+BOOTLET_BIN=${BOOTLET_BIN:-target/release/bootlet} ./target/release/outage

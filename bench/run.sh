@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue #13's one command, one table: bootlet, the hand-written baseline (bench/baseline.sh:
-# bash + openssl + kubectl) and the bare HTTP stack (bench/floor.rs), against one in-process
+# bash + openssl + kubectl) and the bare HTTP stack (bench/src/bin/floor.rs), against one in-process
 # testplane, each figure beside its budget. See bench/README.md for every knob and how to read it.
 #   bash bench/run.sh                                  # the real 10 s interval, ~7 minutes
 #   BENCH_INTERVAL_MS=1000 BENCH_WINDOW1_SECONDS=20 BENCH_STEADY_SECONDS=20 \
@@ -12,17 +12,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # --real: bootlet beside the kubelet's own identity code (kube kubelet-identity) on a real
-# cluster, with the floor (bench/floor.rs) and the baseline (bench/baseline.sh) as references
-# (testplane/examples/real/, bench/README.md "run.sh --real"); the table goes to
+# cluster, with the floor (bench/src/bin/floor.rs) and the baseline (bench/baseline.sh) as references
+# (bench/src/bin/real/, bench/README.md "run.sh --real"); the table goes to
 # target/bench-real.md.
 if [ "${1:-}" = "--real" ]; then
   # test-hooks: the "bootlet over HTTP/1.1" subject runs it with --test-lease-http1.
-  cargo build --quiet --release -p bootlet --features test-hooks --bin bootlet --example floor
-  cargo build --quiet --release -p bootlet-testplane --example real
+  cargo build --quiet --release -p bootlet --features test-hooks --bin bootlet
+  cargo build --quiet --release -p bootlet-bench --bin floor --bin real
   mkdir -p target
   ulimit -n 65536 2>/dev/null || true
-  ./target/release/examples/real bench
-  exec ./target/release/examples/real rotation
+  ./target/release/real bench
+  exec ./target/release/real rotation
 fi
 
 command -v openssl >/dev/null || { echo "bench: openssl is not on PATH" >&2; exit 2; }
@@ -40,7 +40,7 @@ if [ -z "${KUBECTL:-}" ]; then
 fi
 export KUBECTL
 
-cargo build --quiet --release -p bootlet --bin bootlet --example floor
-cargo build --quiet --release -p bootlet-testplane --example suite
+cargo build --quiet --release -p bootlet --bin bootlet
+cargo build --quiet --release -p bootlet-bench --bin floor --bin suite
 mkdir -p target
-./target/release/examples/suite | tee target/bench-table.md
+./target/release/suite | tee target/bench-table.md

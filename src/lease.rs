@@ -62,12 +62,23 @@ pub struct LeaseLoop {
 
 impl From<&Settings> for LeaseLoop {
     fn from(s: &Settings) -> Self {
+        let mut lease = Self::new(&s.node_name, s.lease_renew_interval, s.lease_duration);
+        lease.owner_lookup = s.lease_owner_lookup_interval;
+        lease.probe = s.lease_health_probe.clone();
+        lease
+    }
+}
+
+impl LeaseLoop {
+    /// A loop for `node` as shipped: the default owner lookup, no health probe, no test
+    /// switch (whichever way the crate is built: the benches use this).
+    pub fn new(node: &str, interval: Duration, duration: Duration) -> Self {
         Self {
-            node: s.node_name.clone(),
-            interval: s.lease_renew_interval,
-            duration: s.lease_duration,
-            owner_lookup: s.lease_owner_lookup_interval,
-            probe: s.lease_health_probe.clone(),
+            node: node.to_string(),
+            interval,
+            duration,
+            owner_lookup: crate::defaults::DEFAULT_LEASE_OWNER_LOOKUP_INTERVAL,
+            probe: None,
             #[cfg(feature = "test-hooks")]
             hooks: Hooks::default(),
         }
@@ -152,7 +163,7 @@ impl LeaseLoop {
     }
 
     /// Renew until shutdown, always with the newest client from `clients`: one period
-    /// at a time, each a [`Period`] step that ends in [`Progress::settle`].
+    /// at a time, each ending in `Progress::settle`.
     pub async fn run(
         self,
         mut clients: watch::Receiver<ApiClient>,

@@ -1,6 +1,7 @@
-//! bootlet-testplane: a faithful kube-apiserver subset over real TLS on loopback, with the
-//! csrapproving controller, the kubelet-client and kubelet-serving signers, scripted faults
-//! and an evidence trail.
+//! bootlet-testplane: a scripted imitation of kube-apiserver over real TLS on loopback, with
+//! the csrapproving controller, the kubelet-client and kubelet-serving signers, scripted
+//! faults and an evidence trail; and the real cluster's launcher (`kube`), the referee on
+//! what Kubernetes accepts (README.md: what the imitation is for, and what it is not).
 //! This file owns the public Rust API (`TestPlane`, its builder, modes and errors) only.
 //!
 //! Where it deliberately behaves like kube-apiserver rather than the simplest thing:
