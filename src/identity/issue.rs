@@ -5,7 +5,7 @@
 //! certificate are its users, with the credential they file the CSR with.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use crate::api::kubeconfig::{self, KubeconfigError};
 use crate::api::{ApiClient, ClientOptions};
@@ -206,69 +206,7 @@ impl Issuer {
                 return Err(e.into());
             }
         };
-        tracing::info!(csr = %name, timeout = %health::human(req.wait_limit), "waiting for approval (approve with: kubectl certificate approve {name})");
-        // How long it has waited counts from its creation (an adopted CSR has waited
-        // through earlier attempts), never from the future of a server clock ahead of ours.
-        let now = clock::now();
-        let since = filed.created.map_or(now, |created| created.min(now));
-        METRICS.csr_filed(profile.purpose);
-        let (issuer, csr_name) = (self.clone(), name.clone());
-        let mut on_pending = move |p: Pending| {
-            let csr = csr_name.clone();
-            issuer.report(
-                profile,
-                match p {
-                    Pending::AwaitingApproval => State::WaitingApproval { csr, since },
-                    Pending::ApprovedNotIssued => State::ApprovedNotIssued { csr, since },
-                    Pending::Unreachable {
-                        since: down_since,
-                        reason,
-                    } => State::Unreachable {
-                        csr,
-                        since,
-                        down_since,
-                        reason,
-                    },
-                },
-            )
-        };
-        let opts = WaitOptions {
-            timeout: req.wait_limit,
-            not_issued_warning: req.not_issued_warning,
-        };
-        let verdict = csr::wait(req.client, &name, &opts, &mut retry, &mut on_pending).await;
-        if verdict.is_ok() {
-            let waited = clock::now().duration_since(since).unwrap_or_default();
-            METRICS.csr_answered(profile.purpose, waited);
-        }
-        let chain_pem = match verdict {
-            Ok(Verdict::Issued { chain_pem }) => chain_pem,
-            Ok(Verdict::Denied { reason, message }) => {
-                dir.remove_pending_key()?;
-                return Err(IssueError::Denied {
-                    csr: name,
-                    reason,
-                    message,
-                });
-            }
-            Ok(Verdict::Failed { reason, message }) => {
-                dir.remove_pending_key()?;
-                return Err(IssueError::Failed {
-                    csr: name,
-                    reason,
-                    message,
-                });
-            }
-            // An unusable or replaced CSR goes with its key (adopting it again gets the
-            // same answer). A timeout keeps the pending key: the next attempt adopts the
-            // same CSR (an approval may still come) instead of filing another.
-            Err(e) => {
-                if e.is_poisoned() {
-                    dir.remove_pending_key()?;
-                }
-                return Err(e.into());
-            }
-        };
+        let chain_pem = self.answer(&dir, &req, &name, filed, &mut retry).await?;
         let key_pem = key.to_pem();
         let checked =
             match verify::check_issued(&chain_pem, &key, profile, req.ca_pem, clock::now()) {
@@ -280,8 +218,79 @@ impl Issuer {
                 }
             };
         self.vouch(&dir, &name, &checked, &key_pem, &req).await?;
-        // Install what was verified, re-encoded: the leaf and its issuer path, not the
-        // server's text around it.
+        self.install(&dir, &req, &checked, key_pem)
+    }
+
+    /// The wait for the CSR's answer (its state in STATUS= meanwhile) and what it means:
+    /// the issued chain, or the error that ends this attempt. A denied, failed, unusable
+    /// or replaced CSR goes with its key (adopting it again gets the same answer); a
+    /// timeout keeps the pending key, so the next attempt adopts the same CSR (an approval
+    /// may still come) instead of filing another.
+    async fn answer(
+        &self,
+        dir: &CertDir,
+        req: &Request<'_>,
+        name: &str,
+        filed: csr::Filed,
+        retry: &mut Backoff,
+    ) -> Result<String, IssueError> {
+        let profile = req.profile;
+        tracing::info!(csr = %name, timeout = %health::human(req.wait_limit), "waiting for approval (approve with: kubectl certificate approve {name})");
+        // How long it has waited counts from its creation (an adopted CSR has waited
+        // through earlier attempts), never from the future of a server clock ahead of ours.
+        let now = clock::now();
+        let since = filed.created.map_or(now, |created| created.min(now));
+        METRICS.csr_filed(profile.purpose);
+        let (issuer, csr_name) = (self.clone(), name.to_string());
+        let mut on_pending =
+            move |p: Pending| issuer.report(profile, pending_state(csr_name.clone(), since, p));
+        let opts = WaitOptions {
+            timeout: req.wait_limit,
+            not_issued_warning: req.not_issued_warning,
+        };
+        let verdict = csr::wait(req.client, name, &opts, retry, &mut on_pending).await;
+        if verdict.is_ok() {
+            let waited = clock::now().duration_since(since).unwrap_or_default();
+            METRICS.csr_answered(profile.purpose, waited);
+        }
+        let csr = name.to_string();
+        match verdict {
+            Ok(Verdict::Issued { chain_pem }) => Ok(chain_pem),
+            Ok(Verdict::Denied { reason, message }) => {
+                dir.remove_pending_key()?;
+                Err(IssueError::Denied {
+                    csr,
+                    reason,
+                    message,
+                })
+            }
+            Ok(Verdict::Failed { reason, message }) => {
+                dir.remove_pending_key()?;
+                Err(IssueError::Failed {
+                    csr,
+                    reason,
+                    message,
+                })
+            }
+            Err(e) => {
+                if e.is_poisoned() {
+                    dir.remove_pending_key()?;
+                }
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Install what was verified, re-encoded (the leaf and its issuer path, not the
+    /// server's text around it), the kubeconfig when the request publishes one, and drop
+    /// the pending key.
+    fn install(
+        &self,
+        dir: &CertDir,
+        req: &Request<'_>,
+        checked: &verify::Checked,
+        key_pem: PrivateKeyPem,
+    ) -> Result<Issued, IssueError> {
         let (info, chain_pem) = (checked.info.clone(), checked.chain_pem());
         let file = dir.install(&chain_pem, &key_pem, clock::now())?;
         if let Publish::Kubeconfig {
@@ -299,7 +308,7 @@ impl Issuer {
             not_after = %health::rfc3339(info.not_after),
             file = %file.display(),
             "{} installed",
-            profile.describe()
+            req.profile.describe()
         );
         Ok(Issued {
             chain_pem,
@@ -376,6 +385,23 @@ impl Issuer {
             Purpose::Client => self.health.set_bootstrap(state),
             Purpose::Serving => self.health.update(|s| s.serving = Some(state)),
         }
+    }
+}
+
+/// What a CSR waiting since `since` says in STATUS= while it is `p`.
+fn pending_state(csr: String, since: SystemTime, p: Pending) -> State {
+    match p {
+        Pending::AwaitingApproval => State::WaitingApproval { csr, since },
+        Pending::ApprovedNotIssued => State::ApprovedNotIssued { csr, since },
+        Pending::Unreachable {
+            since: down_since,
+            reason,
+        } => State::Unreachable {
+            csr,
+            since,
+            down_since,
+            reason,
+        },
     }
 }
 
