@@ -36,7 +36,8 @@ fn clip(text: &str) -> String {
 }
 
 /// The list+watch loop: list once for the current state and a resourceVersion, then
-/// watch from there; resume on a dropped watch, relist on 410, back off on 5xx/429.
+/// watch from there; resume on a dropped watch, relist on 410, back off on 5xx/429. The
+/// state is a [`Wait`]; what follows a stream is its pure [`Wait::after`].
 pub(super) async fn watch_until_decided(
     client: &ApiClient,
     name: &str,
@@ -44,118 +45,220 @@ pub(super) async fn watch_until_decided(
     retry: &mut Backoff,
     on_pending: &mut (dyn FnMut(Pending) + Send),
 ) -> Result<Verdict, CsrError> {
-    let api = |source| CsrError::from_api(name, source);
-    let selector = format!("fieldSelector=metadata.name%3D{name}");
-    let mut tracker = ApprovalTracker::new(opts.not_issued_warning);
-    let mut reach = Reachability::default();
+    let mut w = Wait::new(name, opts);
     on_pending(Pending::AwaitingApproval);
-    let mut rewatch = Backoff::new(REWATCH_MIN, REWATCH_MAX, 0.2).expect("constant bounds");
-    let mut empty_streams = 0u32;
-    // The object we wait on, by uid, from the first time we see it.
-    let mut uid: Option<String> = None;
-    let mut warned_foreign = false;
     // `None`: list first (at start and after a 410); `Some(rv)`: watch from rv.
     let mut version: Option<String> = None;
     loop {
         let Some(rv) = version.take() else {
-            let path = format!("{CSR_PATH}?{selector}");
-            // Not `api::retrying`: that warns on every retry, and an outage here is one
-            // warning (see `Reachability`).
-            let list: k8s_openapi::List<CertificateSigningRequest> = loop {
-                match client.get(&path).await {
-                    Ok(list) => {
-                        retry.reset();
-                        reach.answered(name, tracker.pending(), on_pending);
-                        break list;
-                    }
-                    Err(e) if e.is_retryable() => {
-                        reach.failed(name, &e, on_pending);
-                        tokio::time::sleep(retry.with_retry_after(e.retry_after())).await;
-                    }
-                    Err(e) => return Err(api(e)),
-                }
-            };
-            // By name, not position: a server (or proxy) that ignores the selector is no
-            // reason to judge another CSR.
-            let Some(csr) = list.items.iter().find(|c| ours(name, c)) else {
-                return Err(CsrError::Deleted { name: name.into() });
-            };
-            same_object(name, &mut uid, csr)?;
-            if let Some(v) = tracker.observe(csr, on_pending) {
-                return Ok(v);
+            match w.list(client, retry, on_pending).await? {
+                Listed::Decided(v) => return Ok(v),
+                Listed::At(rv) => version = Some(rv),
             }
-            version = Some(list.metadata.resource_version.unwrap_or_default());
             continue;
         };
+        let watched = w.watch(client, rv, opts, on_pending).await;
+        match w.after(watched, retry, on_pending) {
+            After::Done(result) => return result,
+            After::Again { wait, from } => {
+                tokio::time::sleep(wait).await;
+                version = from;
+            }
+        }
+    }
+}
+
+/// What a list found: the verdict, or where to watch from.
+enum Listed {
+    Decided(Verdict),
+    At(String),
+}
+
+/// How one watch went: its step, the last resourceVersion seen, and whether the server
+/// answered the watch request (a stream that breaks later says nothing about
+/// reachability: the re-watch does).
+struct Watch {
+    step: Result<Step, api::Error>,
+    last: String,
+    opened: bool,
+}
+
+/// What the loop does after a stream: end, or wait and go on (from a resourceVersion, or
+/// with a list).
+#[derive(Debug)]
+enum After {
+    Done(Result<Verdict, CsrError>),
+    Again {
+        wait: Duration,
+        from: Option<String>,
+    },
+}
+
+/// What one wait for a CSR carries from one stream to the next.
+struct Wait<'a> {
+    name: &'a str,
+    selector: String,
+    tracker: ApprovalTracker,
+    reach: Reachability,
+    /// The floor between re-watches and relists.
+    rewatch: Backoff,
+    /// Streams in a row that ended without an event.
+    empty_streams: u32,
+    /// The object we wait on, by uid, from the first time we see it.
+    uid: Option<String>,
+    warned_foreign: bool,
+}
+
+// === impl Wait ===
+
+impl<'a> Wait<'a> {
+    fn new(name: &'a str, opts: &WaitOptions) -> Self {
+        Wait {
+            name,
+            selector: format!("fieldSelector=metadata.name%3D{name}"),
+            tracker: ApprovalTracker::new(opts.not_issued_warning),
+            reach: Reachability::default(),
+            rewatch: Backoff::new(REWATCH_MIN, REWATCH_MAX, 0.2).expect("constant bounds"),
+            empty_streams: 0,
+            uid: None,
+            warned_foreign: false,
+        }
+    }
+
+    /// List ours for its current state and a resourceVersion, retrying what may pass.
+    async fn list(
+        &mut self,
+        client: &ApiClient,
+        retry: &mut Backoff,
+        on_pending: &mut (dyn FnMut(Pending) + Send),
+    ) -> Result<Listed, CsrError> {
+        let name = self.name;
+        let path = format!("{CSR_PATH}?{}", self.selector);
+        // Not `api::retrying`: that warns on every retry, and an outage here is one
+        // warning (see `Reachability`).
+        let list: k8s_openapi::List<CertificateSigningRequest> = loop {
+            match client.get(&path).await {
+                Ok(list) => {
+                    retry.reset();
+                    self.reach
+                        .answered(name, self.tracker.pending(), on_pending);
+                    break list;
+                }
+                Err(e) if e.is_retryable() => {
+                    self.reach.failed(name, &e, on_pending);
+                    tokio::time::sleep(retry.with_retry_after(e.retry_after())).await;
+                }
+                Err(e) => return Err(CsrError::from_api(name, e)),
+            }
+        };
+        // By name, not position: a server (or proxy) that ignores the selector is no
+        // reason to judge another CSR.
+        let Some(csr) = list.items.iter().find(|c| ours(name, c)) else {
+            return Err(CsrError::Deleted { name: name.into() });
+        };
+        same_object(name, &mut self.uid, csr)?;
+        if let Some(v) = self.tracker.observe(csr, on_pending) {
+            return Ok(Listed::Decided(v));
+        }
+        Ok(Listed::At(
+            list.metadata.resource_version.unwrap_or_default(),
+        ))
+    }
+
+    /// One watch stream from `rv`, followed until it ends.
+    async fn watch(
+        &mut self,
+        client: &ApiClient,
+        rv: String,
+        opts: &WaitOptions,
+        on_pending: &mut (dyn FnMut(Pending) + Send),
+    ) -> Watch {
         let path = format!(
-            "{CSR_PATH}?{selector}&watch=true&allowWatchBookmarks=true&resourceVersion={rv}&timeoutSeconds={WATCH_SECONDS}"
+            "{CSR_PATH}?{}&watch=true&allowWatchBookmarks=true&resourceVersion={rv}&timeoutSeconds={WATCH_SECONDS}",
+            self.selector
         );
         let mut last = rv;
-        // Whether the server answered the watch request (a stream that breaks later says
-        // nothing about reachability: the re-watch does).
         let mut opened = false;
         let step = match EventStream::open(client, path, WATCH_TIMEOUT, WATCH_IDLE).await {
             Ok(mut stream) => {
                 opened = true;
-                reach.answered(name, tracker.pending(), on_pending);
+                self.reach
+                    .answered(self.name, self.tracker.pending(), on_pending);
                 let mut watched = Watched {
-                    name,
-                    uid: &mut uid,
+                    name: self.name,
+                    uid: &mut self.uid,
                     last: &mut last,
-                    tracker: &mut tracker,
+                    tracker: &mut self.tracker,
                 };
                 follow(&mut stream, &mut watched, opts, on_pending).await
             }
             Err(e) => Err(e),
         };
+        Watch { step, last, opened }
+    }
+
+    /// The step after a stream (no IO but logs and STATUS=): the verdict, or the wait
+    /// before going on and from where.
+    fn after(
+        &mut self,
+        watched: Watch,
+        retry: &mut Backoff,
+        on_pending: &mut (dyn FnMut(Pending) + Send),
+    ) -> After {
+        let name = self.name;
+        let Watch { step, last, opened } = watched;
         match step {
-            Ok(Step::Decided(v)) => return Ok(v),
-            Ok(Step::Deleted) => return Err(CsrError::Deleted { name: name.into() }),
-            Ok(Step::Replaced(e)) => return Err(e),
+            Ok(Step::Decided(v)) => After::Done(Ok(v)),
+            Ok(Step::Deleted) => After::Done(Err(CsrError::Deleted { name: name.into() })),
+            Ok(Step::Replaced(e)) => After::Done(Err(e)),
             // An answer about another object on a watch of ours by name: the server (or a
             // proxy) ignores the field selector or garbles what it sends. Nothing in this
             // stream can be trusted to be about our CSR, and it may have carried our
             // verdict under the wrong name: list ours again, after the re-watch floor.
             Ok(Step::Foreign { other }) => {
                 let message = "a CSR watch reported another object; ignoring it and listing the CSR again (the API server or a proxy ignores the field selector or garbles answers)";
-                if !std::mem::replace(&mut warned_foreign, true) {
+                if !std::mem::replace(&mut self.warned_foreign, true) {
                     tracing::warn!(csr = %name, other = %clip(&other), "{message}");
                 } else {
                     tracing::debug!(csr = %name, other = %clip(&other), "{message}");
                 }
-                tokio::time::sleep(rewatch.next_delay()).await;
-                version = None;
-                empty_streams = 0;
+                self.empty_streams = 0;
+                let wait = self.rewatch.next_delay();
+                After::Again { wait, from: None }
             }
             // A stream resumes from the last version seen. Two empty streams in a row told
             // us nothing (a proxy cutting every watch at once would leave us blind until
             // --csr-timeout): list again for the current state.
             Ok(Step::Ended { delivered }) => {
                 if delivered {
-                    rewatch.reset();
-                    empty_streams = 0;
+                    self.rewatch.reset();
+                    self.empty_streams = 0;
                 } else {
-                    empty_streams += 1;
+                    self.empty_streams += 1;
                 }
-                tokio::time::sleep(rewatch.next_delay()).await;
-                version = (empty_streams < 2).then_some(last);
-                if version.is_none() {
-                    empty_streams = 0;
+                let wait = self.rewatch.next_delay();
+                let from = (self.empty_streams < 2).then_some(last);
+                if from.is_none() {
+                    self.empty_streams = 0;
                 }
+                After::Again { wait, from }
             }
             Err(e) if e.is_gone() => {
                 tracing::debug!(csr = %name, "watch history expired (410); relisting");
-                tokio::time::sleep(rewatch.next_delay()).await;
-                version = None;
+                let wait = self.rewatch.next_delay();
+                After::Again { wait, from: None }
             }
             Err(e) if e.is_retryable() => {
                 if !opened {
-                    reach.failed(name, &e, on_pending);
+                    self.reach.failed(name, &e, on_pending);
                 }
-                tokio::time::sleep(retry.with_retry_after(e.retry_after())).await;
-                version = Some(last);
+                let wait = retry.with_retry_after(e.retry_after());
+                After::Again {
+                    wait,
+                    from: Some(last),
+                }
             }
-            Err(e) => return Err(api(e)),
+            Err(e) => After::Done(Err(CsrError::from_api(name, e))),
         }
     }
 }
@@ -377,5 +480,70 @@ impl ApprovalTracker {
             }
             _ => std::future::pending().await,
         }
+    }
+}
+
+#[cfg(test)]
+mod after_tests {
+    use super::*;
+
+    fn watched(step: Step, last: &str) -> Watch {
+        Watch {
+            step: Ok(step),
+            last: last.into(),
+            opened: true,
+        }
+    }
+
+    /// The step after a stream, without timers or a server: resume from the last version
+    /// after a stream with events, relist after two empty ones in a row or a foreign
+    /// object (warned about once), end on a verdict or a deletion; the waits are the
+    /// re-watch floor's, at least 1 s.
+    #[test]
+    fn after_resumes_relists_and_ends_as_the_stream_says() {
+        let opts = WaitOptions {
+            timeout: Duration::from_secs(60),
+            not_issued_warning: Duration::from_secs(60),
+        };
+        let mut retry = Backoff::new(REWATCH_MIN, REWATCH_MAX, 0.2).unwrap();
+        let mut states = Vec::new();
+        let mut on_pending = |p: Pending| states.push(format!("{p:?}"));
+        let mut w = Wait::new("node-csr-a", &opts);
+        let mut after =
+            |w: &mut Wait, step, last| w.after(watched(step, last), &mut retry, &mut on_pending);
+
+        let again = |a: After| match a {
+            After::Again { wait, from } => {
+                assert!(wait >= Duration::from_millis(800), "{wait:?}");
+                from
+            }
+            After::Done(r) => panic!("ended: {r:?}"),
+        };
+        let delivered = Step::Ended { delivered: true };
+        assert_eq!(again(after(&mut w, delivered, "7")), Some("7".into()));
+        let empty = || Step::Ended { delivered: false };
+        assert_eq!(again(after(&mut w, empty(), "8")), Some("8".into()));
+        assert_eq!(
+            again(after(&mut w, empty(), "8")),
+            None,
+            "two empty streams: relist"
+        );
+        assert_eq!(
+            again(after(&mut w, empty(), "9")),
+            Some("9".into()),
+            "the count starts over"
+        );
+
+        let foreign = || Step::Foreign {
+            other: "node-csr-b".into(),
+        };
+        assert_eq!(again(after(&mut w, foreign(), "9")), None);
+        assert!(w.warned_foreign);
+        assert_eq!(again(after(&mut w, foreign(), "9")), None);
+
+        assert!(matches!(
+            after(&mut w, Step::Deleted, "9"),
+            After::Done(Err(CsrError::Deleted { .. }))
+        ));
     }
 }
