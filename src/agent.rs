@@ -225,22 +225,7 @@ impl Life<'_> {
         // Every loop uses the newest client; rotation publishes a new one here.
         let (clients_tx, clients) = watch::channel(creds.client.clone());
         let mut lease = LeaseTask::start(live, &clients, health, hooks);
-        // The serving certificate: its own loop, filed with the client certificate; never
-        // part of readiness.
-        let serving = settings.rotate_server_certificates.then(|| {
-            let span = tracing::info_span!("serving", node = %settings.node_name);
-            tokio::spawn(
-                Serving {
-                    settings: settings.clone(),
-                    health: health.clone(),
-                    clients: clients.clone(),
-                    ca_pem: creds.ca_pem.clone(),
-                    detected: detected.to_vec(),
-                }
-                .run(ending.clone())
-                .instrument(span),
-            )
-        });
+        let serving = spawn_serving(settings, health, &clients, &creds.ca_pem, detected, &ending);
         let rotation = Rotation {
             settings,
             bootstrap,
@@ -261,14 +246,7 @@ impl Life<'_> {
                     break Ended::Reset;
                 }
                 () = &mut rotating, if !rotation_done => rotation_done = true,
-                Some(()) = recv(hangups) => {
-                    notify::reloading();
-                    match reread() {
-                        Ok(new) => lease = apply(live, new, lease, &clients, health, hooks).await,
-                        Err(e) => tracing::error!(error = %report(&e), "reload failed; keeping the running configuration"),
-                    }
-                    notify::reloaded(health);
-                }
+                Some(()) = recv(hangups) => lease = reload(live, lease, &clients, health, hooks).await,
             }
         };
         // In-flight work (a Lease write, a certificate install) finishes within the grace
@@ -278,35 +256,78 @@ impl Life<'_> {
             Ended::Stopped(deadline) => deadline,
             Ended::Reset => Instant::now() + live.shutdown_grace,
         };
-        if let Some(task) = lease {
-            task.stop(deadline, health).await;
-        }
-        if let Some(task) = serving {
-            let abort = task.abort_handle();
-            if tokio::time::timeout_at(deadline, task).await.is_err() {
-                tracing::warn!(
-                    "the serving certificate loop still busy after the grace period; stopping anyway"
-                );
-                abort.abort();
-            }
-        }
-        if !rotation_done
-            && tokio::time::timeout_at(deadline, &mut rotating)
-                .await
-                .is_err()
-        {
-            tracing::warn!("rotation still busy after the grace period; stopping anyway");
-        }
+        let rotating = (!rotation_done).then_some(rotating);
+        wind_down(deadline, lease, serving, rotating, health).await;
         if let Ended::Reset = ended {
-            health.retire(crate::identity::rotation::TASK);
-            health.retire(crate::identity::serving::TASK);
-            health.update(|s| {
-                s.cert = None;
-                s.serving_cert = None;
-            });
+            drop_identity(health);
         }
         ended
     }
+}
+
+/// The serving certificate: its own loop, filed with the client certificate; never part of
+/// readiness. `None` unless `--rotate-server-certificates`.
+fn spawn_serving(
+    settings: &Settings,
+    health: &Health,
+    clients: &watch::Receiver<ApiClient>,
+    ca_pem: &[u8],
+    detected: &[std::net::IpAddr],
+    ending: &shutdown::Shutdown,
+) -> Option<tokio::task::JoinHandle<()>> {
+    settings.rotate_server_certificates.then(|| {
+        let span = tracing::info_span!("serving", node = %settings.node_name);
+        tokio::spawn(
+            Serving {
+                settings: settings.clone(),
+                health: health.clone(),
+                clients: clients.clone(),
+                ca_pem: ca_pem.to_vec(),
+                detected: detected.to_vec(),
+            }
+            .run(ending.clone())
+            .instrument(span),
+        )
+    })
+}
+
+/// Each of this life's loops finishes its in-flight work by `deadline` or is stopped
+/// anyway, with a warning.
+async fn wind_down<F: std::future::Future<Output = ()>>(
+    deadline: Instant,
+    lease: Option<LeaseTask>,
+    serving: Option<tokio::task::JoinHandle<()>>,
+    rotating: Option<std::pin::Pin<&mut F>>,
+    health: &Health,
+) {
+    if let Some(task) = lease {
+        task.stop(deadline, health).await;
+    }
+    if let Some(task) = serving {
+        let abort = task.abort_handle();
+        if tokio::time::timeout_at(deadline, task).await.is_err() {
+            tracing::warn!(
+                "the serving certificate loop still busy after the grace period; stopping anyway"
+            );
+            abort.abort();
+        }
+    }
+    if let Some(rotating) = rotating {
+        if tokio::time::timeout_at(deadline, rotating).await.is_err() {
+            tracing::warn!("rotation still busy after the grace period; stopping anyway");
+        }
+    }
+}
+
+/// After a reset: the identity is gone from the health snapshot (STATUS=, /readyz,
+/// metrics) and its loops' heartbeats are no longer expected.
+fn drop_identity(health: &Health) {
+    health.retire(crate::identity::rotation::TASK);
+    health.retire(crate::identity::serving::TASK);
+    health.update(|s| {
+        s.cert = None;
+        s.serving_cert = None;
+    });
 }
 
 /// Until the bootstrap kubeconfig is there (`newer_than` a reset: one that survived it is
@@ -473,6 +494,27 @@ fn reread() -> Result<Settings, ReloadError> {
 /// Lease loop with them, `Restart` ones logged as needing a restart and kept as they run,
 /// in the restarted Lease loop too (it is built from the running settings plus the
 /// reloadable changes, never from the new file as read).
+/// SIGHUP: the config file read again and applied (RELOADING=1 meanwhile), or the
+/// running configuration kept when it does not load.
+async fn reload(
+    live: &mut Settings,
+    lease: Option<LeaseTask>,
+    clients: &watch::Receiver<ApiClient>,
+    health: &Health,
+    hooks: LeaseHooks,
+) -> Option<LeaseTask> {
+    notify::reloading();
+    let lease = match reread() {
+        Ok(new) => apply(live, new, lease, clients, health, hooks).await,
+        Err(e) => {
+            tracing::error!(error = %report(&e), "reload failed; keeping the running configuration");
+            lease
+        }
+    };
+    notify::reloaded(health);
+    lease
+}
+
 async fn apply(
     live: &mut Settings,
     new: Settings,
