@@ -22,6 +22,104 @@ pub(super) const BOOTSTRAP: &str = "/etc/kubernetes/bootstrap-kubelet.conf";
 pub(super) const CONFIG: &str = "/etc/bootlet/config.yaml";
 pub(super) const DROPIN: &str = "/etc/systemd/system/kubelet.service.d/20-bootlet.conf";
 
+/// What an in-place upgrade must leave alone, recorded before it: bootlet's and the
+/// kubelet's processes, the identity files and bootlet's journal position.
+pub(super) struct BeforeUpgrade {
+    bootlet_pid: String,
+    pub(super) kubelet_pid: String,
+    kubelet_since: String,
+    pub(super) identity: [Option<String>; 4],
+    cursor: String,
+}
+
+impl BeforeUpgrade {
+    pub(super) async fn record(c: &Container) -> Self {
+        let bootlet_pid = c.show("MainPID").await;
+        let kubelet_pid = c.show_unit("kubelet", "MainPID").await;
+        let kubelet_since = c
+            .show_unit("kubelet", "ActiveEnterTimestampMonotonic")
+            .await;
+        let before = identity(c).await;
+        let (_, cursor) = c
+            .exec(&[
+                "journalctl",
+                "-u",
+                "bootlet",
+                "-n",
+                "1",
+                "--show-cursor",
+                "-o",
+                "cat",
+            ])
+            .await;
+        let cursor = cursor
+            .lines()
+            .find_map(|l| l.strip_prefix("-- cursor: "))
+            .unwrap_or_else(|| panic!("no journal cursor in {cursor:?}"))
+            .to_string();
+        BeforeUpgrade {
+            bootlet_pid,
+            kubelet_pid,
+            kubelet_since,
+            identity: before,
+            cursor,
+        }
+    }
+
+    /// After the package manager's upgrade (the package's version checked by the caller):
+    /// bootlet active and restarted exactly once, the kubelet never, the identity files
+    /// unchanged, no new CSR, and the Lease renewed again (`events` subscribed before the
+    /// upgrade ran).
+    pub(super) async fn check(
+        &self,
+        c: &Container,
+        tp: &testplane::TestPlane,
+        events: &mut tokio::sync::broadcast::Receiver<Event>,
+    ) {
+        assert_eq!(c.show("ActiveState").await, "active");
+        assert_ne!(
+            c.show("MainPID").await,
+            self.bootlet_pid,
+            "bootlet was not restarted"
+        );
+        let (_, journal) = c
+            .exec(&[
+                "journalctl",
+                "-u",
+                "bootlet",
+                "--after-cursor",
+                &self.cursor,
+                "-o",
+                "cat",
+            ])
+            .await;
+        let count = |what: &str| journal.lines().filter(|l| l.starts_with(what)).count();
+        assert_eq!(count("Stopping bootlet.service"), 1, "{journal}");
+        assert_eq!(count("Started bootlet.service"), 1, "{journal}");
+        assert_eq!(
+            c.show_unit("kubelet", "MainPID").await,
+            self.kubelet_pid,
+            "the kubelet restarted"
+        );
+        assert_eq!(
+            c.show_unit("kubelet", "ActiveEnterTimestampMonotonic")
+                .await,
+            self.kubelet_since
+        );
+        assert_eq!(
+            identity(c).await,
+            self.identity,
+            "the upgrade changed the identity"
+        );
+        assert_eq!(tp.csrs().len(), 1, "the upgrade filed a CSR");
+        wait_event(events, |e| match e {
+            Event::LeaseRenewed { name, .. } if name == NODE => Some(()),
+            _ => None,
+        })
+        .await;
+    }
+}
+
 /// `bash packaging/deb.sh --bin BIN --deb-version VERSION`: the .deb's path.
 pub(super) async fn build_deb(out: &Path, version: &str) -> PathBuf {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("packaging/deb.sh");
@@ -224,29 +322,7 @@ async fn the_debian_package_installs_upgrades_and_removes_under_systemd() {
 
     // 3. Upgrade to the bumped version: the config edit survives, bootlet restarts once, the
     // kubelet does not, and the certificate and the Lease go on.
-    let bootlet_pid = c.show("MainPID").await;
-    let kubelet_pid = c.show_unit("kubelet", "MainPID").await;
-    let kubelet_since = c
-        .show_unit("kubelet", "ActiveEnterTimestampMonotonic")
-        .await;
-    let before = identity(c).await;
-    let (_, cursor) = c
-        .exec(&[
-            "journalctl",
-            "-u",
-            "bootlet",
-            "-n",
-            "1",
-            "--show-cursor",
-            "-o",
-            "cat",
-        ])
-        .await;
-    let cursor = cursor
-        .lines()
-        .find_map(|l| l.strip_prefix("-- cursor: "))
-        .unwrap_or_else(|| panic!("no journal cursor in {cursor:?}"))
-        .to_string();
+    let upgrade = BeforeUpgrade::record(c).await;
     let out = dpkg(c, &["-i", second.to_str().unwrap()]).await;
     let mut events = tp.events();
     let (_, installed) = c
@@ -260,47 +336,7 @@ async fn the_debian_package_installs_upgrades_and_removes_under_systemd() {
             "{CONFIG}{stray}"
         );
     }
-    assert_eq!(c.show("ActiveState").await, "active");
-    assert_ne!(
-        c.show("MainPID").await,
-        bootlet_pid,
-        "bootlet was not restarted"
-    );
-    let (_, journal) = c
-        .exec(&[
-            "journalctl",
-            "-u",
-            "bootlet",
-            "--after-cursor",
-            &cursor,
-            "-o",
-            "cat",
-        ])
-        .await;
-    let count = |what: &str| journal.lines().filter(|l| l.starts_with(what)).count();
-    assert_eq!(count("Stopping bootlet.service"), 1, "{journal}");
-    assert_eq!(count("Started bootlet.service"), 1, "{journal}");
-    assert_eq!(
-        c.show_unit("kubelet", "MainPID").await,
-        kubelet_pid,
-        "the kubelet restarted"
-    );
-    assert_eq!(
-        c.show_unit("kubelet", "ActiveEnterTimestampMonotonic")
-            .await,
-        kubelet_since
-    );
-    assert_eq!(
-        identity(c).await,
-        before,
-        "the upgrade changed the identity"
-    );
-    assert_eq!(tp.csrs().len(), 1, "the upgrade filed a CSR");
-    wait_event(&mut events, |e| match e {
-        Event::LeaseRenewed { name, .. } if name == NODE => Some(()),
-        _ => None,
-    })
-    .await;
+    upgrade.check(c, &tp, &mut events).await;
     eprintln!("upgraded after {:?}", started.elapsed());
 
     // 4. dpkg -r: stopped, and masked (deb-systemd-helper's remove: the unit file is gone,
@@ -325,8 +361,12 @@ async fn the_debian_package_installs_upgrades_and_removes_under_systemd() {
     );
     assert!(!exists(c, "/usr/bin/bootlet").await);
     assert_eq!(c.read(CONFIG).await, edited, "dpkg -r removed the conffile");
-    assert_eq!(identity(c).await, before, "dpkg -r changed the identity");
-    assert_eq!(c.show_unit("kubelet", "MainPID").await, kubelet_pid);
+    assert_eq!(
+        identity(c).await,
+        upgrade.identity,
+        "dpkg -r changed the identity"
+    );
+    assert_eq!(c.show_unit("kubelet", "MainPID").await, upgrade.kubelet_pid);
 
     // 5. dpkg -P: the conffile, the mask and the enablement go; the identity stays, and the
     // kubelet (restarted: the drop-in link now dangles) still authenticates with it.
@@ -339,7 +379,11 @@ async fn the_debian_package_installs_upgrades_and_removes_under_systemd() {
     ] {
         assert!(!exists(c, gone).await, "{gone} left after purge");
     }
-    assert_eq!(identity(c).await, before, "dpkg -P changed the identity");
+    assert_eq!(
+        identity(c).await,
+        upgrade.identity,
+        "dpkg -P changed the identity"
+    );
     c.systemctl(&["daemon-reload"]).await;
     c.systemctl(&["restart", "kubelet"]).await;
     assert_eq!(c.show_unit("kubelet", "ActiveState").await, "active");

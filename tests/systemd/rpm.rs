@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use testplane::{Approval, Event};
 
-use super::package::{exists, identity, BOOTSTRAP, CONFIG, DROPIN};
+use super::package::{exists, identity, BeforeUpgrade, BOOTSTRAP, CONFIG, DROPIN};
 use super::{
     free_port, kubelet_standin, plane, repo_docs, run_for, setup, wait_event, write_config,
     Container, Setup, BIN, CERT, NODE,
@@ -218,29 +218,7 @@ async fn the_rpm_installs_upgrades_and_erases_under_systemd() {
     // 3. rpm -U to release 2: the config edit survives with no .rpmnew beside it (the
     // packaged file did not change), bootlet restarts once, the kubelet does not, and the
     // certificate and the Lease go on.
-    let bootlet_pid = c.show("MainPID").await;
-    let kubelet_pid = c.show_unit("kubelet", "MainPID").await;
-    let kubelet_since = c
-        .show_unit("kubelet", "ActiveEnterTimestampMonotonic")
-        .await;
-    let before = identity(c).await;
-    let (_, cursor) = c
-        .exec(&[
-            "journalctl",
-            "-u",
-            "bootlet",
-            "-n",
-            "1",
-            "--show-cursor",
-            "-o",
-            "cat",
-        ])
-        .await;
-    let cursor = cursor
-        .lines()
-        .find_map(|l| l.strip_prefix("-- cursor: "))
-        .unwrap_or_else(|| panic!("no journal cursor in {cursor:?}"))
-        .to_string();
+    let upgrade = BeforeUpgrade::record(c).await;
     let out = rpm(c, &["--force-debian", "--nodeps", "-U", second]).await;
     assert!(!out.contains("installed and enabled"), "{out}");
     let mut events = tp.events();
@@ -257,47 +235,7 @@ async fn the_rpm_installs_upgrades_and_erases_under_systemd() {
             "{CONFIG}{stray}"
         );
     }
-    assert_eq!(c.show("ActiveState").await, "active");
-    assert_ne!(
-        c.show("MainPID").await,
-        bootlet_pid,
-        "bootlet was not restarted"
-    );
-    let (_, journal) = c
-        .exec(&[
-            "journalctl",
-            "-u",
-            "bootlet",
-            "--after-cursor",
-            &cursor,
-            "-o",
-            "cat",
-        ])
-        .await;
-    let count = |what: &str| journal.lines().filter(|l| l.starts_with(what)).count();
-    assert_eq!(count("Stopping bootlet.service"), 1, "{journal}");
-    assert_eq!(count("Started bootlet.service"), 1, "{journal}");
-    assert_eq!(
-        c.show_unit("kubelet", "MainPID").await,
-        kubelet_pid,
-        "the kubelet restarted"
-    );
-    assert_eq!(
-        c.show_unit("kubelet", "ActiveEnterTimestampMonotonic")
-            .await,
-        kubelet_since
-    );
-    assert_eq!(
-        identity(c).await,
-        before,
-        "the upgrade changed the identity"
-    );
-    assert_eq!(tp.csrs().len(), 1, "the upgrade filed a CSR");
-    wait_event(&mut events, |e| match e {
-        Event::LeaseRenewed { name, .. } if name == NODE => Some(()),
-        _ => None,
-    })
-    .await;
+    upgrade.check(c, &tp, &mut events).await;
     eprintln!("upgraded after {:?}", started.elapsed());
 
     // 4. rpm -e: stopped and disabled; the edited config kept as .rpmsave, the package's
@@ -329,8 +267,12 @@ async fn the_rpm_installs_upgrades_and_erases_under_systemd() {
         edited,
         "the edited config was not kept as .rpmsave"
     );
-    assert_eq!(identity(c).await, before, "rpm -e changed the identity");
-    assert_eq!(c.show_unit("kubelet", "MainPID").await, kubelet_pid);
+    assert_eq!(
+        identity(c).await,
+        upgrade.identity,
+        "rpm -e changed the identity"
+    );
+    assert_eq!(c.show_unit("kubelet", "MainPID").await, upgrade.kubelet_pid);
     eprintln!("RPM life cycle done in {:?}", started.elapsed());
     drop(container);
 }
