@@ -53,14 +53,9 @@ out=${out:-$target/debian}
 # dir with only what this package holds, so no stale file of another build slips in.
 stage=$(mktemp -d "${TMPDIR:-/tmp}/bootlet-deb.XXXXXX")
 trap 'rm -rf "$stage"' EXIT
-mkdir -p "$stage/release/packaging/man" "$stage/release/packaging/completions"
-# As dh_strip: no symbols (a debug build has them; the release profile strips its own),
-# no .comment and .note sections.
-strip --remove-section=.comment --remove-section=.note -o "$stage/release/bootlet" "$bin"
-"$stage/release/bootlet" generate man "$stage/release/packaging/man" >/dev/null
-"$stage/release/bootlet" generate completions "$stage/release/packaging/completions" >/dev/null
-# Debian compresses man pages; -n leaves the name and time out (reproducible).
-gzip -9n "$stage"/release/packaging/man/*.1
+# The binary, stripped, its man pages and completions (packaging/stage.sh).
+. packaging/stage.sh
+stage_release "$bin" "$stage"
 # The upstream changelog under the name Debian gives it (dh_installchangelogs; lintian's
 # wrong-name-for-upstream-changelog otherwise).
 gzip -9n <CHANGELOG.md >"$stage/release/packaging/changelog.gz"

@@ -57,12 +57,9 @@ out=${out:-$target/generate-rpm}
 # dir with only what this package holds, as in deb.sh.
 stage=$(mktemp -d "${TMPDIR:-/tmp}/bootlet-rpm.XXXXXX")
 trap 'rm -rf "$stage"' EXIT
-mkdir -p "$stage/release/packaging/man" "$stage/release/packaging/completions"
-# No symbols, no .comment and .note sections (as deb.sh; rpmlint's unstripped-binary).
-strip --remove-section=.comment --remove-section=.note -o "$stage/release/bootlet" "$bin"
-"$stage/release/bootlet" generate man "$stage/release/packaging/man" >/dev/null
-"$stage/release/bootlet" generate completions "$stage/release/packaging/completions" >/dev/null
-gzip -9n "$stage"/release/packaging/man/*.1
+# The binary, stripped, its man pages and completions (packaging/stage.sh).
+. packaging/stage.sh
+stage_release "$bin" "$stage"
 
 mkdir -p "$out"
 # -p .: the root package of the workspace (cargo-generate-rpm otherwise asks which).
