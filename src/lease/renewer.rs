@@ -225,57 +225,15 @@ impl Renewer {
     async fn renew(&mut self, conn: &mut Connection) -> Result<(), RenewError> {
         self.lookup_owner(conn).await;
         let path = self.cfg.path();
-        let node = self.cfg.node.clone();
-        let api = |source| RenewError::Api {
-            node: node.clone(),
-            source,
-        };
         if self.cached.is_none() {
-            match conn.get_lease(&path).await {
-                Ok(lease) => {
-                    self.observe_owner(&lease);
-                    let first = !std::mem::replace(&mut self.judged_first, true);
-                    let by_another = first && self.renewed_by_someone_else(&lease);
-                    self.cached = Some(lease);
-                    if by_another {
-                        // A restart does not forget the other writer: its renewTime has no
-                        // mark of ours, so someone else renewed the Lease last (the
-                        // kubelet, before or after it stopped), and writing now would hide it.
-                        tracing::info!(node = %node, "lease: before its first write bootlet found the Lease last renewed by another writer (a renewTime without bootlet's mark)");
-                        return Err(RenewError::OtherWriter {
-                            node: self.cfg.node.clone(),
-                        });
-                    }
-                }
-                Err(e) if e.is_not_found() => self.judged_first = true,
-                Err(e) => return Err(api(e)),
-            }
+            self.read_first(conn, &path).await?;
         }
         // Someone else renewed since our last write: counted once per renewal, and not
         // forgotten when our retry then wins (a writer at a faster cadence makes every
         // first PUT conflict and every second one succeed: still a write war).
         let mut saw_foreign = false;
         for _ in 0..2 {
-            let renew = next_renew_time(clock::now(), self.sent);
-            let want = body(
-                self.cached.as_ref(),
-                &self.cfg.node,
-                self.cfg.duration,
-                renew,
-                self.owner.belief(),
-            );
-            // Ours from now on, answered or not: an exchange that is abandoned, cut or
-            // answered with garbage may still have been applied.
-            self.sent = Some(renew);
-            let result = match &self.cached {
-                Some(_) => conn.replace_lease(&path, &want).await,
-                None => {
-                    let list =
-                        format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases");
-                    conn.create_lease(&list, &want).await
-                }
-            };
-            match result {
+            match self.write(conn, &path).await {
                 Ok(written) => {
                     self.observe_owner(&written);
                     self.cached = Some(written);
@@ -286,43 +244,116 @@ impl Renewer {
                 }
                 // Gone: deleted by hand, or by the garbage collector because its Node was
                 // deleted. The Node we knew may be gone too: look it up before the create.
-                Err(e) if e.is_not_found() => {
-                    self.cached = None;
-                    self.owner.forget();
-                    self.lookup_owner(conn).await;
-                }
+                Err(e) if e.is_not_found() => self.gone(conn).await,
                 Err(e) if e.code() == Some(409) => {
-                    // kube-apiserver answers a PUT of a Lease that is gone with 409 (the
-                    // UID in our body is a precondition the missing object fails), not 404.
-                    let current = match conn.get_lease(&path).await {
-                        Ok(current) => current,
-                        Err(e) if e.is_not_found() => {
-                            self.cached = None;
-                            self.owner.forget();
-                            self.lookup_owner(conn).await;
-                            continue;
-                        }
-                        Err(e) => return Err(api(e)),
-                    };
-                    self.observe_owner(&current);
-                    if !saw_foreign && self.renewed_by_someone_else(&current) {
-                        saw_foreign = true;
-                        self.foreign += 1;
-                        if self.foreign >= FOREIGN_STREAK {
-                            self.cached = Some(current);
-                            return Err(RenewError::OtherWriter {
-                                node: self.cfg.node.clone(),
-                            });
-                        }
-                    }
-                    self.cached = Some(current);
+                    self.after_conflict(conn, &path, &mut saw_foreign).await?
                 }
-                Err(e) => return Err(api(e)),
+                Err(e) => return Err(self.api(e)),
             }
         }
         Err(RenewError::Conflict {
             node: self.cfg.node.clone(),
         })
+    }
+
+    fn api(&self, source: crate::api::Error) -> RenewError {
+        RenewError::Api {
+            node: self.cfg.node.clone(),
+            source,
+        }
+    }
+
+    /// The Lease as it is before this process writes it (none: it will be created). One
+    /// that another writer renewed last makes bootlet stand aside before its first write.
+    async fn read_first(&mut self, conn: &mut Connection, path: &str) -> Result<(), RenewError> {
+        let node = self.cfg.node.clone();
+        match conn.get_lease(path).await {
+            Ok(lease) => {
+                self.observe_owner(&lease);
+                let first = !std::mem::replace(&mut self.judged_first, true);
+                let by_another = first && self.renewed_by_someone_else(&lease);
+                self.cached = Some(lease);
+                if by_another {
+                    // A restart does not forget the other writer: its renewTime has no
+                    // mark of ours, so someone else renewed the Lease last (the
+                    // kubelet, before or after it stopped), and writing now would hide it.
+                    tracing::info!(%node, "lease: before its first write bootlet found the Lease last renewed by another writer (a renewTime without bootlet's mark)");
+                    return Err(RenewError::OtherWriter { node });
+                }
+                Ok(())
+            }
+            Err(e) if e.is_not_found() => {
+                self.judged_first = true;
+                Ok(())
+            }
+            Err(e) => Err(self.api(e)),
+        }
+    }
+
+    /// One PUT of the cached Lease with a new renewTime (a POST when there is none).
+    async fn write(
+        &mut self,
+        conn: &mut Connection,
+        path: &str,
+    ) -> Result<Lease, crate::api::Error> {
+        let renew = next_renew_time(clock::now(), self.sent);
+        let want = body(
+            self.cached.as_ref(),
+            &self.cfg.node,
+            self.cfg.duration,
+            renew,
+            self.owner.belief(),
+        );
+        // Ours from now on, answered or not: an exchange that is abandoned, cut or
+        // answered with garbage may still have been applied.
+        self.sent = Some(renew);
+        match &self.cached {
+            Some(_) => conn.replace_lease(path, &want).await,
+            None => {
+                let list = format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases");
+                conn.create_lease(&list, &want).await
+            }
+        }
+    }
+
+    /// The Lease is gone: forget it and its owner, and look the Node up again.
+    async fn gone(&mut self, conn: &mut Connection) {
+        self.cached = None;
+        self.owner.forget();
+        self.lookup_owner(conn).await;
+    }
+
+    /// A 409 on the write: re-read the Lease for the retry, and count a renewal by another
+    /// writer (once per renewal); the streak's end is [`RenewError::OtherWriter`].
+    /// kube-apiserver answers a PUT of a Lease that is gone with 409 (the UID in our body
+    /// is a precondition the missing object fails), not 404.
+    async fn after_conflict(
+        &mut self,
+        conn: &mut Connection,
+        path: &str,
+        saw_foreign: &mut bool,
+    ) -> Result<(), RenewError> {
+        let current = match conn.get_lease(path).await {
+            Ok(current) => current,
+            Err(e) if e.is_not_found() => {
+                self.gone(conn).await;
+                return Ok(());
+            }
+            Err(e) => return Err(self.api(e)),
+        };
+        self.observe_owner(&current);
+        if !*saw_foreign && self.renewed_by_someone_else(&current) {
+            *saw_foreign = true;
+            self.foreign += 1;
+            if self.foreign >= FOREIGN_STREAK {
+                self.cached = Some(current);
+                return Err(RenewError::OtherWriter {
+                    node: self.cfg.node.clone(),
+                });
+            }
+        }
+        self.cached = Some(current);
+        Ok(())
     }
 
     /// The Lease's renewTime is not one bootlet wrote ([`ours`]): someone else renewed it.
