@@ -78,82 +78,13 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
 // === impl Metrics ===
 
 impl Metrics {
+    /// Every family, one line each: its field, its registry (`r` bootlet's and the
+    /// kubelet's client figures, `s` the serving certificate's), name, help and labels.
     fn new() -> Self {
         let registry = Registry::new();
         let serving_registry = Registry::new();
-        let gauge = |reg: &Registry, name: &str, help: &str| {
-            registered(reg, Gauge::new(name, help).expect("valid metric name"))
-        };
-        let counter = |reg: &Registry, name: &str, help: &str| {
-            registered(reg, IntCounter::new(name, help).expect("valid metric name"))
-        };
-        let histogram = |reg: &Registry, opts: HistogramOpts| {
-            registered(reg, Histogram::with_opts(opts).expect("valid histogram"))
-        };
-        let r = &registry;
-        let s = &serving_registry;
-        let rotations = registered(
-            r,
-            IntCounterVec::new(
-                Opts::new(
-                    "bootlet_rotations_total",
-                    "Issuing attempts (bootstrap, rotation, serving) by certificate profile and outcome.",
-                ),
-                &["profile", "result"],
-            )
-            .expect("valid metric"),
-        );
-        let csr_wait = registered(
-            r,
-            HistogramVec::new(
-                HistogramOpts::new(
-                    "bootlet_csr_wait_seconds",
-                    "Seconds from filing (or adopting) a CSR to its answer: issued, denied or failed.",
-                )
-                .buckets(CSR_WAIT_BUCKETS.to_vec()),
-                &["profile"],
-            )
-            .expect("valid metric"),
-        );
-        let csr_pending = registered(
-            r,
-            IntGaugeVec::new(
-                Opts::new(
-                    "bootlet_csr_pending",
-                    "1 while a CSR is filed and not yet answered (it stays 1 across approval timeouts: the next attempt adopts the same CSR).",
-                ),
-                &["profile"],
-            )
-            .expect("valid metric"),
-        );
-        let api_requests = registered(
-            r,
-            IntCounterVec::new(
-                Opts::new(
-                    "bootlet_api_requests_total",
-                    "Requests to the API server by HTTP method and status code (<error> when no answer came).",
-                ),
-                &["verb", "code"],
-            )
-            .expect("valid metric"),
-        );
-        let build_info = IntGauge::with_opts(
-            Opts::new(
-                "bootlet_build_info",
-                "Always 1; the version, git commit and build date are the labels.",
-            )
-            .const_label("version", crate::version::VERSION)
-            .const_label("git_commit", crate::version::GIT_COMMIT)
-            .const_label("build_date", crate::version::BUILD_DATE),
-        )
-        .expect("valid metric");
-        build_info.set(1);
-        registered(r, build_info);
-        #[cfg(target_os = "linux")]
-        r.register(Box::new(
-            prometheus::process_collector::ProcessCollector::for_self(),
-        ))
-        .expect("registered once");
+        let (r, s) = (&registry, &serving_registry);
+        register_process_info(r);
         let lease = |result: &str| {
             let opts = Opts::new(
                 "bootlet_lease_renewals_total",
@@ -162,17 +93,6 @@ impl Metrics {
             .const_label("result", result);
             registered(r, IntCounter::with_opts(opts).expect("valid metric"))
         };
-        let lease_paused = registered(
-            r,
-            IntGaugeVec::new(
-                Opts::new(
-                    "bootlet_lease_paused",
-                    "1 while the Lease loop does not write the Lease, by reason: other_writer (another writer renews it: the kubelet, when it renews its own Lease, wants renewLease: false), other_writer_stopped (that writer stopped and bootlet does not take over: the node goes NotReady), health_probe (--lease-health-probe fails: the node goes NotReady); 0 otherwise.",
-                ),
-                &["reason"],
-            )
-            .expect("valid metric"),
-        );
         let metrics = Self {
             client_ttl: gauge(r, "kubelet_certificate_manager_client_ttl_seconds", "Gauge of the TTL (time-to-live) of the Kubelet's client certificate. The value is in seconds until certificate expiry (negative if already expired). If client certificate is invalid or unused, the value will be +INF."),
             client_renew_errors: counter(r, "kubelet_certificate_manager_client_expiration_renew_errors", "Counter of certificate renewal errors."),
@@ -180,17 +100,17 @@ impl Metrics {
             server_rotation_age: histogram(s, HistogramOpts::new("kubelet_certificate_manager_server_rotation_seconds", "Histogram of the number of seconds the previous certificate lived before being rotated.").buckets(ROTATION_AGE_BUCKETS.to_vec())),
             server_renew_errors: counter(s, "kubelet_server_expiration_renew_errors", "Counter of certificate renewal errors."),
             client_not_after: gauge(r, "bootlet_client_cert_not_after_timestamp_seconds", "Expiry of the client certificate in use, in Unix seconds; 0 while there is none."),
-            rotations,
-            csr_wait,
-            csr_pending,
+            rotations: registered(r, IntCounterVec::new(Opts::new("bootlet_rotations_total", "Issuing attempts (bootstrap, rotation, serving) by certificate profile and outcome."), &["profile", "result"]).expect("valid metric")),
+            csr_wait: registered(r, HistogramVec::new(HistogramOpts::new("bootlet_csr_wait_seconds", "Seconds from filing (or adopting) a CSR to its answer: issued, denied or failed.").buckets(CSR_WAIT_BUCKETS.to_vec()), &["profile"]).expect("valid metric")),
+            csr_pending: registered(r, IntGaugeVec::new(Opts::new("bootlet_csr_pending", "1 while a CSR is filed and not yet answered (it stays 1 across approval timeouts: the next attempt adopts the same CSR)."), &["profile"]).expect("valid metric")),
             lease_ok: lease("success"),
             lease_failed: lease("failure"),
             lease_duration: histogram(r, HistogramOpts::new("bootlet_lease_renew_duration_seconds", "Seconds one Lease renewal took, successful or not.").buckets(LEASE_BUCKETS.to_vec())),
             lease_last_renew: gauge(r, "bootlet_lease_last_renew_timestamp_seconds", "When the Lease was last renewed, in Unix seconds; 0 before the first renewal."),
             lease_duration_setting: gauge(r, "bootlet_lease_duration_seconds", "The Lease's leaseDurationSeconds: the node is NotReady this long after the last renewal."),
             lease_protobuf: registered(r, IntGauge::new("bootlet_lease_protobuf", "1 while the Lease goes on the wire as protobuf, 0 as JSON (the server refused protobuf).").expect("valid metric name")),
-            lease_paused,
-            api_requests,
+            lease_paused: registered(r, IntGaugeVec::new(Opts::new("bootlet_lease_paused", "1 while the Lease loop does not write the Lease, by reason: other_writer (another writer renews it: the kubelet, when it renews its own Lease, wants renewLease: false), other_writer_stopped (that writer stopped and bootlet does not take over: the node goes NotReady), health_probe (--lease-health-probe fails: the node goes NotReady); 0 otherwise."), &["reason"]).expect("valid metric")),
+            api_requests: registered(r, IntCounterVec::new(Opts::new("bootlet_api_requests_total", "Requests to the API server by HTTP method and status code (<error> when no answer came)."), &["verb", "code"]).expect("valid metric")),
             registry,
             serving_registry,
         };
@@ -325,6 +245,40 @@ impl Metrics {
 }
 
 /// `metric`, registered in `reg` (each family once per process).
+/// `bootlet_build_info` and, on Linux, the process collector (the Go client's
+/// `process_*` names).
+fn register_process_info(r: &Registry) {
+    let build_info = IntGauge::with_opts(
+        Opts::new(
+            "bootlet_build_info",
+            "Always 1; the version, git commit and build date are the labels.",
+        )
+        .const_label("version", crate::version::VERSION)
+        .const_label("git_commit", crate::version::GIT_COMMIT)
+        .const_label("build_date", crate::version::BUILD_DATE),
+    )
+    .expect("valid metric");
+    build_info.set(1);
+    registered(r, build_info);
+    #[cfg(target_os = "linux")]
+    r.register(Box::new(
+        prometheus::process_collector::ProcessCollector::for_self(),
+    ))
+    .expect("registered once");
+}
+
+fn gauge(reg: &Registry, name: &str, help: &str) -> Gauge {
+    registered(reg, Gauge::new(name, help).expect("valid metric name"))
+}
+
+fn counter(reg: &Registry, name: &str, help: &str) -> IntCounter {
+    registered(reg, IntCounter::new(name, help).expect("valid metric name"))
+}
+
+fn histogram(reg: &Registry, opts: HistogramOpts) -> Histogram {
+    registered(reg, Histogram::with_opts(opts).expect("valid histogram"))
+}
+
 fn registered<C: prometheus::core::Collector + Clone + 'static>(reg: &Registry, metric: C) -> C {
     reg.register(Box::new(metric.clone()))
         .expect("registered once");
