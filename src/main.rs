@@ -38,68 +38,17 @@ fn main() -> ExitCode {
                 ExitCode::from(1)
             }
         },
-        Command::Run(flags) => {
-            let settings = match Settings::load(&flags) {
-                Ok(s) => s,
-                Err(e) => return fail(&e),
-            };
-            telemetry::init(settings.log_format, settings.verbosity);
-            let runtime = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => return fail(&e),
-            };
-            #[cfg(not(feature = "test-hooks"))]
-            let agent = agent::run(settings);
-            #[cfg(feature = "test-hooks")]
-            let agent = agent::run_with_hooks(settings, agent::TestHooks::from(&flags.test));
-            match runtime.block_on(agent) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => fail(&e),
-            }
-        }
-        Command::CheckIdentity(flags) => {
-            let settings = match Settings::load(&flags) {
-                Ok(s) => s,
-                Err(e) => return fail(&e),
-            };
-            match bootlet::identity::check::check(&settings) {
-                Ok(info) => {
-                    println!(
-                        "bootlet: the identity of node {} is in place (serial {}, valid until {})",
-                        settings.node_name,
-                        info.serial,
-                        bootlet::runtime::health::rfc3339(info.not_after)
-                    );
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!(
-                        "bootlet: the kubelet waits for the identity of node {}: {}",
-                        settings.node_name,
-                        report(&e)
-                    );
-                    if let Some(status) = bootlet::identity::check::agent_status() {
-                        eprintln!("bootlet: bootlet.service says: {status}");
-                    }
-                    ExitCode::from(1)
-                }
-            }
-        }
+        Command::Run(flags) => run(&flags),
+        Command::CheckIdentity(flags) => check_identity(&flags),
         Command::Rejoin {
             flags,
             token,
             ca_hashes,
             timeout,
-        } => {
-            let settings = match Settings::load(&flags) {
-                Ok(s) => s,
-                Err(e) => return fail(&e),
-            };
-            rejoin(&settings, &token, &ca_hashes, timeout)
-        }
+        } => match Settings::load(&flags) {
+            Ok(settings) => rejoin(&settings, &token, &ca_hashes, timeout),
+            Err(e) => fail(&e),
+        },
         Command::Doctor { flags, output } => {
             // No telemetry: doctor's findings go to stdout; 2 = it could not run at all.
             match tokio::runtime::Builder::new_current_thread()
@@ -112,6 +61,60 @@ fn main() -> ExitCode {
                     ExitCode::from(2)
                 }
             }
+        }
+    }
+}
+
+/// `bootlet run`: the agent on a single-threaded runtime until SIGTERM.
+fn run(flags: &cli::Flags) -> ExitCode {
+    let settings = match Settings::load(flags) {
+        Ok(s) => s,
+        Err(e) => return fail(&e),
+    };
+    telemetry::init(settings.log_format, settings.verbosity);
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail(&e),
+    };
+    #[cfg(not(feature = "test-hooks"))]
+    let agent = agent::run(settings);
+    #[cfg(feature = "test-hooks")]
+    let agent = agent::run_with_hooks(settings, agent::TestHooks::from(&flags.test));
+    match runtime.block_on(agent) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&e),
+    }
+}
+
+/// `bootlet check-identity` (the kubelet's ExecStartPre): files only, one line either way.
+fn check_identity(flags: &cli::Flags) -> ExitCode {
+    let settings = match Settings::load(flags) {
+        Ok(s) => s,
+        Err(e) => return fail(&e),
+    };
+    match bootlet::identity::check::check(&settings) {
+        Ok(info) => {
+            println!(
+                "bootlet: the identity of node {} is in place (serial {}, valid until {})",
+                settings.node_name,
+                info.serial,
+                bootlet::runtime::health::rfc3339(info.not_after)
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!(
+                "bootlet: the kubelet waits for the identity of node {}: {}",
+                settings.node_name,
+                report(&e)
+            );
+            if let Some(status) = bootlet::identity::check::agent_status() {
+                eprintln!("bootlet: bootlet.service says: {status}");
+            }
+            ExitCode::from(1)
         }
     }
 }
