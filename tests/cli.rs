@@ -162,6 +162,7 @@ fn bad_serving_settings_are_one_line_naming_the_flag_or_key() {
 }
 
 /// Every test flag, and the crash hook's line prefix: none is in a shipped binary.
+#[cfg(not(feature = "test-hooks"))]
 const HOOK_STRINGS: [&str; 7] = [
     "--test-crash-at",
     "--test-clock-offset-file",
@@ -175,11 +176,10 @@ const HOOK_STRINGS: [&str; 7] = [
 /// A build without the `test-hooks` feature, as every shipped one (packaging/deb.sh, where
 /// .ci/run checks the packaged binary the same way): each test flag is an unknown argument
 /// (clap's exit 2), and no hook string is anywhere in the binary's bytes.
+/// Compiled only into the default build (tests/run.sh runs it after the feature build;
+/// an `ignore` would run under its `--include-ignored`).
 #[test]
-#[cfg_attr(
-    feature = "test-hooks",
-    ignore = "checks the default build: cargo test --test cli (tests/run.sh runs it)"
-)]
+#[cfg(not(feature = "test-hooks"))]
 fn the_default_build_refuses_the_test_flags_and_carries_no_hook() {
     for flag in &HOOK_STRINGS[..6] {
         let (code, _, err) = bootlet(&["run", flag, "1"]);

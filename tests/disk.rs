@@ -302,10 +302,7 @@ async fn under(fault: Fault) -> String {
     format!("{fault:?}: first error: {line}\n  {retries} retries and {lines} log lines in {WINDOW:?}, {renewed} Lease renewals with the current certificate")
 }
 
-#[cfg_attr(
-    not(feature = "test-hooks"),
-    ignore = "needs --features test-hooks (bash tests/run.sh)"
-)]
+#[ignore = "needs root (tmpfs mounts): run bash tests/run.sh"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_full_read_only_or_deleted_cert_dir_keeps_the_identity_and_recovers() {
     require_root();
@@ -324,10 +321,7 @@ async fn a_full_read_only_or_deleted_cert_dir_keeps_the_identity_and_recovers() 
 /// directory's filesystem is full, the cert dir's is not): each retry publishes the
 /// certificate already installed instead of filing a new CSR for a new key, and once
 /// there is room the node comes up with that one certificate.
-#[cfg_attr(
-    not(feature = "test-hooks"),
-    ignore = "needs --features test-hooks (bash tests/run.sh)"
-)]
+#[ignore = "needs root (tmpfs mounts): run bash tests/run.sh"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kubeconfig_that_cannot_be_written_at_bootstrap_costs_one_csr_not_one_per_retry() {
     require_root();

@@ -54,6 +54,7 @@ async fn golden(c: &Cluster, dir: &support::NodeDir, path: &str) {
     assert!(ok, "curl: {text}");
 }
 
+#[ignore = "needs the Kubernetes components built from upstream (Go; 15-20 min cold): run bash tests/run.sh"]
 #[test]
 fn bootlet_renews_its_lease_in_protobuf_and_kube_apiserver_accepts_it() {
     block_on(async {

@@ -87,6 +87,7 @@ async fn register_node(c: &Cluster, node: &str) {
 /// later, on every node of the cluster at once. Now a marked renewTime no newer than the
 /// newest bootlet sent is its own: it renews again within two intervals, the Node stays
 /// Ready.
+#[ignore = "needs the Kubernetes components built from upstream (Go; 15-20 min cold): run bash tests/run.sh"]
 #[test]
 fn after_an_etcd_restore_bootlet_renews_again_and_the_node_stays_ready() {
     block_on(async {

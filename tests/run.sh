@@ -73,6 +73,8 @@ go version
 $install_only && exit 0
 
 # One feature set for every invocation below but the last, so nothing is compiled twice.
+# --include-ignored: the tests a plain `cargo test` lists as ignored, with the reason
+# (they need root, systemd-nspawn or the Kubernetes build), run here.
 features=(--features bootlet/test-hooks)
 # The default build's own check (tests/cli.rs), after the rest: only bootlet itself is
 # compiled again, without the feature.
@@ -85,7 +87,7 @@ cargo run --quiet --locked -p bootlet-testplane -- kube-build
 
 if $serial; then
   status=0
-  cargo test --workspace --locked "${features[@]}" --no-fail-fast || status=$?
+  cargo test --workspace --locked "${features[@]}" --no-fail-fast -- --include-ignored || status=$?
   default_build || { s=$?; [ $status != 0 ] || status=$s; }
   exit $status
 fi
@@ -109,12 +111,12 @@ kube_log=target/tests-kube.log
 started=$SECONDS
 # A process group of its own, so an interrupted run stops the test binaries (and, through
 # them, their clusters) too.
-setsid cargo test --workspace --locked "${features[@]}" --no-fail-fast "${kube_targets[@]}" >"$kube_log" 2>&1 &
+setsid cargo test --workspace --locked "${features[@]}" --no-fail-fast "${kube_targets[@]}" -- --include-ignored >"$kube_log" 2>&1 &
 kube_pid=$!
 trap 'kill -- "-$kube_pid" 2>/dev/null || true' EXIT
 
 status=0
-cargo test --workspace --locked "${features[@]}" --no-fail-fast --lib --bins "${rest_targets[@]}" || status=$?
+cargo test --workspace --locked "${features[@]}" --no-fail-fast --lib --bins "${rest_targets[@]}" -- --include-ignored || status=$?
 cargo test --workspace --locked "${features[@]}" --doc || { s=$?; [ $status != 0 ] || status=$s; }
 echo "== the rest done in $((SECONDS - started)) s; waiting for the real-cluster tests" >&2
 

@@ -88,6 +88,7 @@ fn verifiable_units() -> tempfile::TempDir {
     dir
 }
 
+#[ignore = "needs root and systemd-nspawn: run bash tests/run.sh"]
 #[tokio::test]
 async fn systemd_analyze_verify_prints_nothing_for_the_units() {
     let dir = verifiable_units();
@@ -108,6 +109,7 @@ async fn systemd_analyze_verify_prints_nothing_for_the_units() {
     );
 }
 
+#[ignore = "needs root and systemd-nspawn: run bash tests/run.sh"]
 #[tokio::test]
 async fn the_unit_is_hardened_to_an_exposure_of_at_most_2() {
     let unit = systemd_dir().join("bootlet.service");
@@ -529,10 +531,7 @@ async fn install(c: &Container, share: &Path) {
     );
 }
 
-#[cfg_attr(
-    not(feature = "test-hooks"),
-    ignore = "needs --features test-hooks (bash tests/run.sh)"
-)]
+#[ignore = "needs root and systemd-nspawn: run bash tests/run.sh"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bootlet_service_under_a_real_systemd() {
     let Setup {
@@ -896,6 +895,7 @@ fn nix_is_root() -> bool {
 /// node's secrets and to write a static pod, then reports each attempt in the journal.
 /// Every other line of the unit (ExecStartPre, mounts, user namespace, capabilities) is
 /// the shipped one, so this is the sandbox bootlet itself runs in.
+#[ignore = "needs root and systemd-nspawn: run bash tests/run.sh"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sandbox_hides_control_plane_keys_and_static_pods() {
     let Setup {
@@ -994,6 +994,7 @@ echo "probe: done"
 /// /usr/bin/kubelet records the argv systemd starts it with (the drop-ins' ExecStart with
 /// its variables expanded), installed without, with, and again without --serving; and
 /// --serving refused while the kubelet's config turns its own serverTLSBootstrap on.
+#[ignore = "needs root and systemd-nspawn: run bash tests/run.sh"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn install_serving_points_the_kubelet_at_the_serving_pair() {
     const PAIR: &str = "/var/lib/kubelet/pki/kubelet-server-current.pem";
@@ -1131,6 +1132,7 @@ async fn install_serving_points_the_kubelet_at_the_serving_pair() {
 /// writes its placeholder serving certificate before bootstrap, for the SANs it detected.
 /// The container shares the host's network, so it must find what the test (unsandboxed)
 /// finds on the host: not an empty list because the sandbox hid the interface list.
+#[ignore = "needs root and systemd-nspawn: run bash tests/run.sh"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_shipped_unit_detects_the_default_route_addresses() {
     const PLACEHOLDER: &str = "/var/lib/kubelet/pki/kubelet-server-current.pem";

@@ -203,6 +203,7 @@ fn csrs(tp: &TestPlane) -> usize {
     tp.csrs().len()
 }
 
+#[ignore = "needs root and systemd-nspawn: run bash tests/run.sh"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_boots_without_a_credential_then_joins_from_a_written_file_and_reboots() {
     let Setup {
@@ -321,6 +322,7 @@ async fn an_image_boots_without_a_credential_then_joins_from_a_written_file_and_
     eprintln!("done after {:?}", started.elapsed());
 }
 
+#[ignore = "needs root and systemd-nspawn: run bash tests/run.sh"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn manual_approval_at_first_boot_holds_neither_the_boot_nor_the_kubelet_after_it() {
     let Setup {

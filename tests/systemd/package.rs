@@ -176,6 +176,7 @@ pub(super) async fn exists(c: &Container, path: &str) -> bool {
     c.exec(&["test", "-e", path]).await.0 || c.exec(&["test", "-L", path]).await.0
 }
 
+#[ignore = "needs root and systemd-nspawn: run bash tests/run.sh"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_debian_package_installs_upgrades_and_removes_under_systemd() {
     let Setup {

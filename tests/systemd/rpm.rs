@@ -63,6 +63,7 @@ async fn rpm(c: &Container, args: &[&str]) -> String {
     out
 }
 
+#[ignore = "needs root and systemd-nspawn: run bash tests/run.sh"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rpm_installs_upgrades_and_erases_under_systemd() {
     let Setup {
