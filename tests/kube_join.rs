@@ -524,14 +524,16 @@ fn the_serving_certificate_waits_for_kubectl_certificate_approve_and_has_the_nod
         );
 
         kubectl(c, &["certificate", "approve", &name]).await;
+        // The file is there from the start: bootlet's self-signed placeholder, which lets
+        // the kubelet start while the CSR waits. The issued one replaces it.
         let current = dir.cert_dir.join("kubelet-server-current.pem");
-        eventually(REAL_WAIT, "kubelet-server-current.pem", || async {
-            current.exists().then_some(())
-        })
-        .await;
         let ca = c.state_dir().join("ca.crt");
-        let (ok, out) = openssl(&["verify", "-CAfile", &path(&ca), &path(&current)]).await;
-        assert!(ok, "openssl verify: {out}");
+        let verify = || async {
+            let (ok, out) = openssl(&["verify", "-CAfile", &path(&ca), &path(&current)]).await;
+            ok.then_some(out)
+        };
+        let out = eventually(REAL_WAIT, "a CA-signed kubelet-server-current.pem", verify).await;
+        assert!(out.contains(": OK"), "openssl verify: {out}");
         let (_, sans) = openssl(&[
             "x509",
             "-noout",
