@@ -8,8 +8,9 @@
 //	kube kube-controller-manager FLAGS...
 //	kube kubectl ARGS...
 //
-// Only the core set: core.go is testplane/kube's own file (a symbolic link), compiled
-// unchanged against this release. The hollow kubelet, the kubelet, kubeadm and
+// Only the core set: core.go (the dispatch, etcd, kube-apiserver, kube-controller-manager)
+// is testplane/kube's own file (a symbolic link), compiled unchanged against this release;
+// kubectl.go is this release's cmd/kubectl main. The hollow kubelet, the kubelet, kubeadm and
 // kube-scheduler stay with the newest release; the tests that need them (kube_kubeadm,
 // kube_restore, the kubelet comparisons) run there.
 package main

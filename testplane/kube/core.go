@@ -1,9 +1,10 @@
 // The core of the multi-call binary, shared by both pinned modules: testplane/kube (the
 // newest supported release) has this file, testplane/kube-oldest (the oldest) links to it.
-// It holds the dispatch (main) and the components bootlet's core real-cluster set needs —
-// etcd, kube-apiserver, kube-controller-manager and kubectl — so it must compile unchanged
-// against every release the suite pins; the other components register themselves from
-// init() in files of their own module.
+// It holds the dispatch (main) and the control plane bootlet's core real-cluster set needs —
+// etcd, kube-apiserver and kube-controller-manager — so it must compile unchanged against
+// every release the suite pins; the other components register themselves from init() in
+// files of their own module (kubectl among them: cmd/kubectl's main differs between
+// releases, see kubectl.go).
 
 package main
 
@@ -22,14 +23,8 @@ import (
 
 	"go.etcd.io/etcd/server/v3/embed"
 	"k8s.io/component-base/cli"
-	"k8s.io/component-base/logs"
-	kubectlcmd "k8s.io/kubectl/pkg/cmd"
-	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
 	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
-
-	// kubectl's client auth plugins, as cmd/kubectl imports them.
-	_ "k8s.io/client-go/plugin/pkg/client/auth"
 )
 
 // components maps a name to its entry point; each returns the process's exit code.
@@ -37,7 +32,6 @@ var components = map[string]func(args []string) int{
 	"etcd":                    runEtcd,
 	"kube-apiserver":          runAPIServer,
 	"kube-controller-manager": runControllerManager,
-	"kubectl":                 runKubectl,
 }
 
 func main() {
@@ -97,15 +91,6 @@ func runAPIServer(_ []string) int {
 
 func runControllerManager(_ []string) int {
 	return cli.Run(controllermanager.NewControllerManagerCommand())
-}
-
-// runKubectl is cmd/kubectl's main.
-func runKubectl(_ []string) int {
-	logs.GlogSetter(kubectlcmd.GetLogVerbosity(os.Args)) // nolint:errcheck
-	if err := cli.RunNoErrOutput(kubectlcmd.NewDefaultKubectlCommand()); err != nil {
-		kubectlutil.CheckErr(err)
-	}
-	return 0
 }
 
 // runEtcd starts one etcd member from go.etcd.io/etcd/server/v3/embed, the library the

@@ -43,19 +43,26 @@ import (
 	"k8s.io/client-go/transport"
 	"k8s.io/client-go/util/certificate"
 	"k8s.io/component-base/cli"
+	"k8s.io/component-base/logs"
 	"k8s.io/component-helpers/apimachinery/lease"
 	"k8s.io/klog/v2"
+	kubectlcmd "k8s.io/kubectl/pkg/cmd"
+	kubectlutil "k8s.io/kubectl/pkg/cmd/util"
 	hollownode "k8s.io/kubernetes/cmd/kubemark/app"
 	kubeletcertificate "k8s.io/kubernetes/pkg/kubelet/certificate"
 	"k8s.io/kubernetes/pkg/kubelet/certificate/bootstrap"
 	kubeletutil "k8s.io/kubernetes/pkg/kubelet/util"
 	"k8s.io/utils/clock"
+
+	// kubectl's client auth plugins, as cmd/kubectl imports them.
+	_ "k8s.io/client-go/plugin/pkg/client/auth"
 )
 
 // The components beside core.go's (main and the core set live there, shared with
 // testplane/kube-oldest).
 func init() {
 	components["hollow-node"] = runHollowNode
+	components["kubectl"] = runKubectl
 	components["kubelet-identity"] = runKubeletIdentity
 }
 
@@ -74,6 +81,16 @@ func runHollowNode(_ []string) int {
 		transport.CertCallbackRefreshDuration = d
 	}
 	return cli.Run(hollownode.NewHollowNodeCommand())
+}
+
+// runKubectl is cmd/kubectl's main at this release: klog's verbosity set from the command
+// line before the command is built (plugins and .kuberc are read then).
+func runKubectl(_ []string) int {
+	logs.GlogSetter(kubectlcmd.GetLogVerbosity(os.Args)) // nolint:errcheck
+	if err := cli.RunNoErrOutput(kubectlcmd.NewDefaultKubectlCommand()); err != nil {
+		kubectlutil.CheckErr(err)
+	}
+	return 0
 }
 
 // runKubeletIdentity is the kubelet minus everything that is not node identity: bootlet's
