@@ -100,26 +100,45 @@ mod tests {
         assert!(line.ends_with(&format!("built {BUILD_DATE})")), "{line}");
     }
 
+    /// A module's `k8s.io/kubernetes` requirement (`v1.MINOR.PATCH`) and its minor.
+    fn pinned(module: &str) -> (String, u32) {
+        let go_mod = format!("{}/testplane/{module}/go.mod", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&go_mod).expect(&go_mod);
+        let release = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("k8s.io/kubernetes "))
+            .unwrap_or_else(|| panic!("no k8s.io/kubernetes requirement in {go_mod}"))
+            .trim()
+            .to_string();
+        let minor = release
+            .strip_prefix("v1.")
+            .and_then(|r| r.split('.').next())
+            .and_then(|m| m.parse().ok())
+            .unwrap_or_else(|| panic!("{go_mod}: {release} is not v1.MINOR.PATCH"));
+        (release, minor)
+    }
+
     /// The tested release is the one the suite builds: testplane/kube/go.mod's
     /// `k8s.io/kubernetes` requirement. Bumping one without the other fails here.
     #[test]
     fn the_tested_release_is_the_one_the_suite_builds() {
-        let go_mod = concat!(env!("CARGO_MANIFEST_DIR"), "/testplane/kube/go.mod");
-        let text = std::fs::read_to_string(go_mod).expect(go_mod);
-        let pinned = text
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("k8s.io/kubernetes "))
-            .unwrap_or_else(|| panic!("no k8s.io/kubernetes requirement in {go_mod}"));
-        assert_eq!(pinned.trim(), KUBERNETES.tested, "{go_mod}");
-        let minor: u32 = KUBERNETES
-            .tested
-            .strip_prefix("v1.")
-            .and_then(|r| r.split('.').next())
-            .and_then(|m| m.parse().ok())
-            .unwrap_or_else(|| panic!("{} is not v1.MINOR.PATCH", KUBERNETES.tested));
+        let (release, minor) = pinned("kube");
+        assert_eq!(release, KUBERNETES.tested, "testplane/kube/go.mod");
         assert_eq!(
             minor, KUBERNETES.newest,
             "the newest supported is the tested"
+        );
+    }
+
+    /// The other end is tested too: testplane/kube-oldest/go.mod pins a release of the
+    /// oldest supported minor, which tests/kube_oldest.rs runs the core set against.
+    /// Raising the floor here without moving that module (or the reverse) fails here.
+    #[test]
+    fn the_oldest_supported_minor_is_the_one_the_suite_builds_too() {
+        let (release, minor) = pinned("kube-oldest");
+        assert_eq!(
+            minor, KUBERNETES.oldest,
+            "testplane/kube-oldest/go.mod pins {release}"
         );
     }
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The README's test command: one command that passes on a fresh machine from any checkout
 # location. It installs what the suite needs and the machine lacks (as root, from the
-# distribution's packages and crates.io), builds the real Kubernetes components once
-# (testplane/kube: cached in GOCACHE/GOMODCACHE and target/kube, seconds when warm), then
+# distribution's packages and crates.io), builds the real Kubernetes components once for
+# each end of the supported range (testplane/kube and testplane/kube-oldest: cached in
+# GOCACHE/GOMODCACHE and target/kube, target/kube-oldest, seconds when warm), then
 # runs the whole suite: every unit and integration test of the workspace, the real-cluster
 # binaries (tests/kube_*.rs) beside the rest, since they spend their time waiting for
 # certificates to age while the others keep the cores busy. Everything is built with the
@@ -83,7 +84,10 @@ default_build() { cargo test --workspace --locked --test cli; }
 echo "== build (the workspace's tests, then the Kubernetes components)" >&2
 cargo test --workspace --locked "${features[@]}" --no-run
 # Its own progress on stderr; seconds when target/kube/kube is newer than its sources.
+# Both ends of the supported range: the newest release (every kube_* binary) and the
+# oldest supported minor (target/kube-oldest/kube, tests/kube_oldest.rs).
 cargo run --quiet --locked -p bootlet-testplane -- kube-build
+cargo run --quiet --locked -p bootlet-testplane -- kube-build --release oldest
 
 if $serial; then
   status=0

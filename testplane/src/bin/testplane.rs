@@ -2,7 +2,8 @@
 //! Writes DIR/admin.conf and DIR/bootstrap-kubelet.conf before serving, prints the URL, and runs
 //! until SIGTERM/SIGINT. `bootlet-testplane kube`: the same shape with the real etcd,
 //! kube-apiserver and kube-controller-manager (`testplane::kube`; with `--kubeadm`, prepared
-//! by kubeadm itself and with kube-scheduler); `kube-build` only builds them.
+//! by kubeadm itself and with kube-scheduler; with `--release oldest`, those of the oldest
+//! supported minor); `kube-build` only builds them.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -74,9 +75,33 @@ enum Cmd {
         /// 10257, 10259) or free ones. Prints a join command (`kubeadm token create`).
         #[arg(long, value_enum)]
         kubeadm: Option<KubeadmPorts>,
+        /// Which end of the supported range: newest (testplane/kube, every component) or
+        /// oldest (testplane/kube-oldest, the core set: no --kubeadm).
+        #[arg(long, value_enum, default_value = "newest")]
+        release: KubeRelease,
     },
     /// Build the real components if needed and print the binary's path.
-    KubeBuild,
+    KubeBuild {
+        /// newest: testplane/kube into target/kube/kube; oldest: testplane/kube-oldest into
+        /// target/kube-oldest/kube.
+        #[arg(long, value_enum, default_value = "newest")]
+        release: KubeRelease,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum KubeRelease {
+    Newest,
+    Oldest,
+}
+
+impl From<KubeRelease> for kube::build::Module {
+    fn from(r: KubeRelease) -> Self {
+        match r {
+            KubeRelease::Newest => kube::build::Module::Newest,
+            KubeRelease::Oldest => kube::build::Module::Oldest,
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -165,6 +190,7 @@ async fn main() {
                 node_monitor_grace_period,
                 apiserver_args,
                 kubeadm,
+                release,
             } => {
                 let mut opts = kube::Options::new(state_dir);
                 opts.listen = listen;
@@ -185,9 +211,10 @@ async fn main() {
                         KubeadmPorts::Free => kube::ComponentPorts::Free,
                     })
                 });
+                opts.module = release.into();
                 std::process::exit(run_kube(opts).await)
             }
-            Cmd::KubeBuild => match kube::build::binary() {
+            Cmd::KubeBuild { release } => match kube::build::Module::from(release).binary() {
                 Ok(bin) => {
                     println!("{}", bin.display());
                     return;

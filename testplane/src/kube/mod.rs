@@ -101,6 +101,9 @@ pub struct Options {
     /// Prepare the cluster for `kubeadm join` by kubeadm itself and run kube-scheduler
     /// (see `kubeadm.rs`); None: the launcher creates kubeadm's objects itself.
     pub kubeadm: Option<Kubeadm>,
+    /// Which pinned release runs the cluster: the newest (the default) or the oldest
+    /// supported (the core set only: no kube-scheduler, so no `kubeadm` either).
+    pub module: build::Module,
 }
 
 impl Options {
@@ -114,6 +117,7 @@ impl Options {
             node_monitor_grace_period: None,
             apiserver_args: vec![],
             kubeadm: None,
+            module: build::Module::Newest,
         }
     }
 }
@@ -145,10 +149,17 @@ impl Cluster {
     /// Build the components if needed, start them, create kubeadm's objects and a bootstrap
     /// token, and return once `/readyz` is ok, the controllers run and the token authenticates.
     pub async fn start(opts: Options) -> Result<Cluster, KubeError> {
-        let bin = tokio::task::spawn_blocking(build::binary)
+        let module = opts.module;
+        if module == build::Module::Oldest && opts.kubeadm.is_some() {
+            return Err(KubeError::Build(format!(
+                "{}: the oldest release's module has no kubeadm or kube-scheduler",
+                module.source_dir().display()
+            )));
+        }
+        let bin = tokio::task::spawn_blocking(move || module.binary())
             .await
             .map_err(|e| KubeError::Build(e.to_string()))??;
-        let release = build::release()?;
+        let release = module.release()?;
         let dir = opts.state_dir.clone();
         if dir.exists() {
             std::fs::remove_dir_all(&dir).map_err(|source| KubeError::Io {
