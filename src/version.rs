@@ -49,6 +49,9 @@ pub struct Kubernetes {
     pub newest: u32,
     /// The release the suite runs against, as go.mod spells it.
     pub tested: &'static str,
+    /// The release of the oldest minor the suite runs its core set against
+    /// (testplane/kube-oldest/go.mod).
+    pub tested_oldest: &'static str,
 }
 
 /// This build's supported range: see [`Kubernetes`].
@@ -56,6 +59,7 @@ pub const KUBERNETES: Kubernetes = Kubernetes {
     oldest: 33,
     newest: 37,
     tested: "v1.37.2",
+    tested_oldest: "v1.33.13",
 };
 const _: () = assert!(KUBERNETES.oldest <= KUBERNETES.newest, "an empty range");
 
@@ -65,15 +69,16 @@ pub fn line() -> String {
 }
 
 /// What `bootlet version` prints: the [`line()`], then
-/// `Kubernetes 1.33 to 1.37 (tested against v1.37.2)`.
+/// `Kubernetes 1.33 to 1.37 (tested against v1.33.13 and v1.37.2)`.
 pub fn lines() -> String {
     let Kubernetes {
         oldest,
         newest,
         tested,
+        tested_oldest,
     } = KUBERNETES;
     format!(
-        "{}\nKubernetes 1.{oldest} to 1.{newest} (tested against {tested})",
+        "{}\nKubernetes 1.{oldest} to 1.{newest} (tested against {tested_oldest} and {tested})",
         line()
     )
 }
@@ -139,6 +144,10 @@ mod tests {
         assert_eq!(
             minor, KUBERNETES.oldest,
             "testplane/kube-oldest/go.mod pins {release}"
+        );
+        assert_eq!(
+            release, KUBERNETES.tested_oldest,
+            "testplane/kube-oldest/go.mod"
         );
     }
 
@@ -217,7 +226,7 @@ mod tests {
         assert_eq!(it.next(), Some(line().as_str()));
         assert_eq!(
             it.next(),
-            Some("Kubernetes 1.33 to 1.37 (tested against v1.37.2)")
+            Some("Kubernetes 1.33 to 1.37 (tested against v1.33.13 and v1.37.2)")
         );
         assert_eq!(it.next(), None);
     }

@@ -43,8 +43,8 @@ fn version_prints_version_commit_and_build_date_then_kubernetes() {
     assert_eq!(
         both,
         format!(
-            "{out}Kubernetes 1.{} to 1.{} (tested against {})\n",
-            k.oldest, k.newest, k.tested
+            "{out}Kubernetes 1.{} to 1.{} (tested against {} and {})\n",
+            k.oldest, k.newest, k.tested_oldest, k.tested
         ),
         "bootlet version is not --version's line and the Kubernetes line"
     );

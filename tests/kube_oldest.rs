@@ -70,6 +70,7 @@ async fn whoami(c: &Cluster, conf: &std::path::Path) -> String {
 
 /// The cluster is what this binary claims to test: the running kube-apiserver and kubectl
 /// report a release of the oldest supported minor, and it is the one the module pins.
+#[ignore = "needs the Kubernetes components built from upstream (Go; 15-20 min cold): run bash tests/run.sh"]
 #[test]
 fn the_cluster_runs_the_oldest_supported_minor() {
     block_on(async {
@@ -96,6 +97,7 @@ fn the_cluster_runs_the_oldest_supported_minor() {
     })
 }
 
+#[ignore = "needs the Kubernetes components built from upstream (Go; 15-20 min cold): run bash tests/run.sh"]
 #[test]
 fn bootstrap_is_one_csr_approved_by_kube_controller_manager_and_the_node_authenticates() {
     block_on(async {
@@ -172,6 +174,7 @@ fn bootstrap_is_one_csr_approved_by_kube_controller_manager_and_the_node_authent
     })
 }
 
+#[ignore = "needs the Kubernetes components built from upstream (Go; 15-20 min cold): run bash tests/run.sh"]
 #[test]
 fn rotation_is_approved_as_selfnodeclient_and_the_lease_has_no_gap() {
     block_on(async {
@@ -235,6 +238,7 @@ fn sample(text: &str, name: &str) -> Option<f64> {
 /// As kube_proto against the newest: every renewal a protobuf PUT the server accepts (no
 /// 415, no fallback to JSON), and the Lease as this release's Go encoder writes it decodes
 /// to what its JSON says, over HTTP/2.
+#[ignore = "needs the Kubernetes components built from upstream (Go; 15-20 min cold): run bash tests/run.sh"]
 #[test]
 fn the_lease_is_renewed_in_protobuf_and_decodes_as_the_server_encodes_it() {
     block_on(async {
@@ -353,6 +357,7 @@ async fn register_node(c: &Cluster, node: &str) {
 /// The kubelet-serving CSR carries the Node's addresses, stays Pending (this release's
 /// kube-controller-manager approves no serving CSR), and `kubectl certificate approve`
 /// installs a certificate the cluster CA signed with those addresses.
+#[ignore = "needs the Kubernetes components built from upstream (Go; 15-20 min cold): run bash tests/run.sh"]
 #[test]
 fn the_serving_certificate_waits_for_kubectl_certificate_approve_and_has_the_nodes_addresses() {
     block_on(async {
@@ -459,6 +464,7 @@ fn assert_passes(run: &Run, statuses: &str) {
 /// A joined node whose Node is registered and Ready: every check passes, the
 /// authentication one through this release's SelfSubjectReview (GA since 1.28, so no
 /// fallback to a SelfSubjectAccessReview).
+#[ignore = "needs the Kubernetes components built from upstream (Go; 15-20 min cold): run bash tests/run.sh"]
 #[test]
 fn doctor_passes_every_check_on_a_healthy_node() {
     block_on(async {
@@ -491,6 +497,7 @@ fn doctor_passes_every_check_on_a_healthy_node() {
 /// A token Secret deleted by hand: kube-apiserver answers 401 (after its 10 s cache of the
 /// token's last success), doctor names the token and prints kubeadm's command; a new
 /// token in the bootstrap kubeconfig makes the node joinable again.
+#[ignore = "needs the Kubernetes components built from upstream (Go; 15-20 min cold): run bash tests/run.sh"]
 #[test]
 fn doctor_names_a_deleted_bootstrap_token_and_a_new_one_passes() {
     block_on(async {
@@ -536,6 +543,7 @@ fn doctor_names_a_deleted_bootstrap_token_and_a_new_one_passes() {
 /// A bootstrap kubeconfig with another kubeadm cluster's CA (the same `CN=kubernetes`,
 /// another key): doctor tells the two apart by key id and names the pin the kubeconfig
 /// trusts, never one to trust; the cluster's own join config passes.
+#[ignore = "needs the Kubernetes components built from upstream (Go; 15-20 min cold): run bash tests/run.sh"]
 #[test]
 fn doctor_names_another_clusters_ca_and_the_join_config_passes() {
     block_on(async {
