@@ -95,7 +95,8 @@ impl fmt::Debug for Credential {
 // === impl Reader ===
 
 impl Reader<'_> {
-    /// The credential of user `user`, the `index`th entry of `users`.
+    /// The credential of user `user`, the `index`th entry of `users`: a token or a client
+    /// certificate and key, never both (bootlet presents exactly one identity).
     pub(super) fn credential(
         &self,
         user: &str,
@@ -113,36 +114,20 @@ impl Reader<'_> {
                 reason,
             });
         }
-        let user = user.to_string();
-        let token = match (&auth.token, non_empty(&auth.token_file)) {
-            (Some(token), _) => Some(token.expose_secret().to_string()),
-            (None, Some(file)) => {
-                let bytes = self.read_file("tokenFile", &self.resolve(file))?;
-                Some(String::from_utf8_lossy(&bytes).into_owned())
-            }
-            (None, None) => None,
-        };
-
         let key_data = auth
             .client_key_data
             .as_ref()
             .map(|k| k.expose_secret().to_string());
-        let cert = ("client-certificate-data", &auth.client_certificate_data);
-        let cert_file = ("client-certificate", &auth.client_certificate);
-        let key_pem = ("client-key-data", &key_data);
-        let key_file = ("client-key", &auth.client_key);
-        let named = |(data_field, data): (&'static str, &Option<String>),
-                     (file_field, file): (&'static str, &Option<String>)| {
-            match (non_empty(data), non_empty(file)) {
-                (Some(_), _) => Some(data_field),
-                (None, Some(_)) => Some(file_field),
-                (None, None) => None,
-            }
-        };
-        let has_cert = named(cert, cert_file);
-        let has_key = named(key_pem, key_file);
-
-        if let Some(token) = token {
+        let cert = (
+            ("client-certificate-data", &auth.client_certificate_data),
+            ("client-certificate", &auth.client_certificate),
+        );
+        let pkey = (
+            ("client-key-data", &key_data),
+            ("client-key", &auth.client_key),
+        );
+        let (has_cert, has_key) = (named(cert), named(pkey));
+        if let Some(token) = self.token(auth)? {
             if let Some(field) = has_cert.or(has_key) {
                 return Err(KubeconfigError::Unsupported {
                     path: self.p(),
@@ -156,13 +141,11 @@ impl Reader<'_> {
             if token.0.is_empty() {
                 return Err(KubeconfigError::EmptyToken {
                     path: self.p(),
-                    user,
+                    user: user.to_string(),
                 });
             }
             return Ok(Credential::Token(token));
         }
-
-        let path = self.p();
         let incomplete = match (has_cert.is_some(), has_key.is_some()) {
             (false, false) => return Ok(Credential::None),
             (true, true) => None,
@@ -171,15 +154,38 @@ impl Reader<'_> {
         };
         if let Some((present, missing)) = incomplete {
             return Err(KubeconfigError::IncompleteClientCert {
-                path,
-                user,
+                path: self.p(),
+                user: user.to_string(),
                 present,
                 missing,
             });
         }
+        self.client_cert(cert, pkey)
+    }
+
+    /// The user's token, inline or from `tokenFile`.
+    fn token(&self, auth: &AuthInfo) -> Result<Option<String>, KubeconfigError> {
+        Ok(match (&auth.token, non_empty(&auth.token_file)) {
+            (Some(token), _) => Some(token.expose_secret().to_string()),
+            (None, Some(file)) => {
+                let bytes = self.read_file("tokenFile", &self.resolve(file))?;
+                Some(String::from_utf8_lossy(&bytes).into_owned())
+            }
+            (None, None) => None,
+        })
+    }
+
+    /// The client certificate chain and key, each from its `-data` field or its file (both
+    /// known to be present).
+    fn client_cert(
+        &self,
+        cert: PemFields<'_>,
+        key: PemFields<'_>,
+    ) -> Result<Credential, KubeconfigError> {
+        let path = self.p();
         let (Some((cert_what, cert)), Some((key_what, key))) = (
-            self.pem_source(cert, cert_file)?,
-            self.pem_source(key_pem, key_file)?,
+            self.pem_source(cert.0, cert.1)?,
+            self.pem_source(key.0, key.1)?,
         ) else {
             return Ok(Credential::None); // unreachable: both were present above
         };
@@ -197,6 +203,21 @@ impl Reader<'_> {
                 what: key_what,
             }),
         }
+    }
+}
+
+/// A PEM's two kubeconfig fields: `(FIELD-data, its value)`, `(FIELD, the file's path)`.
+type PemFields<'a> = (
+    (&'static str, &'a Option<String>),
+    (&'static str, &'a Option<String>),
+);
+
+/// Which of a PEM's two fields names it: the `-data` one wins; `None` when neither does.
+fn named(((data_field, data), (file_field, file)): PemFields<'_>) -> Option<&'static str> {
+    match (non_empty(data), non_empty(file)) {
+        (Some(_), _) => Some(data_field),
+        (None, Some(_)) => Some(file_field),
+        (None, None) => None,
     }
 }
 
