@@ -46,30 +46,60 @@ const LEASE_BUCKETS: [f64; 11] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
 ];
 
-/// Every metric bootlet exports. One per process ([`METRICS`]); the serving certificate's
-/// families are in a registry of their own, exported only when bootlet obtains it.
-pub struct Metrics {
-    registry: Registry,
-    serving_registry: Registry,
+/// Declares every family once: its field, type, registry (`r` bootlet's and the kubelet's
+/// client figures, `s` the serving certificate's), name, help and labels. Expands to the
+/// [`Metrics`] struct and its constructor; the loops update a family through a method.
+macro_rules! families {
+    ($r:ident, $s:ident, $lease:ident; $($field:ident: $ty:ty = $init:expr,)*) => {
+        /// Every metric bootlet exports. One per process ([`METRICS`]); the serving
+        /// certificate's families are in a registry of their own, exported only when
+        /// bootlet obtains it.
+        pub struct Metrics {
+            registry: Registry,
+            serving_registry: Registry,
+            $($field: $ty,)*
+        }
+
+        impl Metrics {
+            fn new() -> Self {
+                let registry = Registry::new();
+                let serving_registry = Registry::new();
+                let ($r, $s) = (&registry, &serving_registry);
+                register_process_info($r);
+                let $lease = |result: &str| lease_counter($r, result);
+                let metrics = Self {
+                    $($field: $init,)*
+                    registry,
+                    serving_registry,
+                };
+                metrics.profile_series(Purpose::Client);
+                metrics
+            }
+        }
+    };
+}
+
+families! {
+    r, s, lease;
     // The kubelet's names.
-    client_ttl: Gauge,
-    client_renew_errors: IntCounter,
-    server_ttl: Gauge,
-    server_rotation_age: Histogram,
-    server_renew_errors: IntCounter,
+    client_ttl: Gauge = gauge(r, "kubelet_certificate_manager_client_ttl_seconds", "Gauge of the TTL (time-to-live) of the Kubelet's client certificate. The value is in seconds until certificate expiry (negative if already expired). If client certificate is invalid or unused, the value will be +INF."),
+    client_renew_errors: IntCounter = counter(r, "kubelet_certificate_manager_client_expiration_renew_errors", "Counter of certificate renewal errors."),
+    server_ttl: Gauge = gauge(s, "kubelet_certificate_manager_server_ttl_seconds", "Gauge of the shortest TTL (time-to-live) of the Kubelet's serving certificate. The value is in seconds until certificate expiry (negative if already expired). If serving certificate is invalid or unused, the value will be +INF."),
+    server_rotation_age: Histogram = histogram(s, HistogramOpts::new("kubelet_certificate_manager_server_rotation_seconds", "Histogram of the number of seconds the previous certificate lived before being rotated.").buckets(ROTATION_AGE_BUCKETS.to_vec())),
+    server_renew_errors: IntCounter = counter(s, "kubelet_server_expiration_renew_errors", "Counter of certificate renewal errors."),
     // bootlet's own.
-    client_not_after: Gauge,
-    rotations: IntCounterVec,
-    csr_wait: HistogramVec,
-    csr_pending: IntGaugeVec,
-    lease_ok: IntCounter,
-    lease_failed: IntCounter,
-    lease_duration: Histogram,
-    lease_last_renew: Gauge,
-    lease_duration_setting: Gauge,
-    lease_protobuf: IntGauge,
-    lease_paused: IntGaugeVec,
-    api_requests: IntCounterVec,
+    client_not_after: Gauge = gauge(r, "bootlet_client_cert_not_after_timestamp_seconds", "Expiry of the client certificate in use, in Unix seconds; 0 while there is none."),
+    rotations: IntCounterVec = registered(r, IntCounterVec::new(Opts::new("bootlet_rotations_total", "Issuing attempts (bootstrap, rotation, serving) by certificate profile and outcome."), &["profile", "result"]).expect("valid metric")),
+    csr_wait: HistogramVec = registered(r, HistogramVec::new(HistogramOpts::new("bootlet_csr_wait_seconds", "Seconds from filing (or adopting) a CSR to its answer: issued, denied or failed.").buckets(CSR_WAIT_BUCKETS.to_vec()), &["profile"]).expect("valid metric")),
+    csr_pending: IntGaugeVec = registered(r, IntGaugeVec::new(Opts::new("bootlet_csr_pending", "1 while a CSR is filed and not yet answered (it stays 1 across approval timeouts: the next attempt adopts the same CSR)."), &["profile"]).expect("valid metric")),
+    lease_ok: IntCounter = lease("success"),
+    lease_failed: IntCounter = lease("failure"),
+    lease_duration: Histogram = histogram(r, HistogramOpts::new("bootlet_lease_renew_duration_seconds", "Seconds one Lease renewal took, successful or not.").buckets(LEASE_BUCKETS.to_vec())),
+    lease_last_renew: Gauge = gauge(r, "bootlet_lease_last_renew_timestamp_seconds", "When the Lease was last renewed, in Unix seconds; 0 before the first renewal."),
+    lease_duration_setting: Gauge = gauge(r, "bootlet_lease_duration_seconds", "The Lease's leaseDurationSeconds: the node is NotReady this long after the last renewal."),
+    lease_protobuf: IntGauge = registered(r, IntGauge::new("bootlet_lease_protobuf", "1 while the Lease goes on the wire as protobuf, 0 as JSON (the server refused protobuf).").expect("valid metric name")),
+    lease_paused: IntGaugeVec = registered(r, IntGaugeVec::new(Opts::new("bootlet_lease_paused", "1 while the Lease loop does not write the Lease, by reason: other_writer (another writer renews it: the kubelet, when it renews its own Lease, wants renewLease: false), other_writer_stopped (that writer stopped and bootlet does not take over: the node goes NotReady), health_probe (--lease-health-probe fails: the node goes NotReady); 0 otherwise."), &["reason"]).expect("valid metric")),
+    api_requests: IntCounterVec = registered(r, IntCounterVec::new(Opts::new("bootlet_api_requests_total", "Requests to the API server by HTTP method and status code (<error> when no answer came)."), &["verb", "code"]).expect("valid metric")),
 }
 
 /// The process's metrics, registered on first use.
@@ -78,46 +108,6 @@ pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
 // === impl Metrics ===
 
 impl Metrics {
-    /// Every family, one line each: its field, its registry (`r` bootlet's and the
-    /// kubelet's client figures, `s` the serving certificate's), name, help and labels.
-    fn new() -> Self {
-        let registry = Registry::new();
-        let serving_registry = Registry::new();
-        let (r, s) = (&registry, &serving_registry);
-        register_process_info(r);
-        let lease = |result: &str| {
-            let opts = Opts::new(
-                "bootlet_lease_renewals_total",
-                "Lease renewal attempts by outcome.",
-            )
-            .const_label("result", result);
-            registered(r, IntCounter::with_opts(opts).expect("valid metric"))
-        };
-        let metrics = Self {
-            client_ttl: gauge(r, "kubelet_certificate_manager_client_ttl_seconds", "Gauge of the TTL (time-to-live) of the Kubelet's client certificate. The value is in seconds until certificate expiry (negative if already expired). If client certificate is invalid or unused, the value will be +INF."),
-            client_renew_errors: counter(r, "kubelet_certificate_manager_client_expiration_renew_errors", "Counter of certificate renewal errors."),
-            server_ttl: gauge(s, "kubelet_certificate_manager_server_ttl_seconds", "Gauge of the shortest TTL (time-to-live) of the Kubelet's serving certificate. The value is in seconds until certificate expiry (negative if already expired). If serving certificate is invalid or unused, the value will be +INF."),
-            server_rotation_age: histogram(s, HistogramOpts::new("kubelet_certificate_manager_server_rotation_seconds", "Histogram of the number of seconds the previous certificate lived before being rotated.").buckets(ROTATION_AGE_BUCKETS.to_vec())),
-            server_renew_errors: counter(s, "kubelet_server_expiration_renew_errors", "Counter of certificate renewal errors."),
-            client_not_after: gauge(r, "bootlet_client_cert_not_after_timestamp_seconds", "Expiry of the client certificate in use, in Unix seconds; 0 while there is none."),
-            rotations: registered(r, IntCounterVec::new(Opts::new("bootlet_rotations_total", "Issuing attempts (bootstrap, rotation, serving) by certificate profile and outcome."), &["profile", "result"]).expect("valid metric")),
-            csr_wait: registered(r, HistogramVec::new(HistogramOpts::new("bootlet_csr_wait_seconds", "Seconds from filing (or adopting) a CSR to its answer: issued, denied or failed.").buckets(CSR_WAIT_BUCKETS.to_vec()), &["profile"]).expect("valid metric")),
-            csr_pending: registered(r, IntGaugeVec::new(Opts::new("bootlet_csr_pending", "1 while a CSR is filed and not yet answered (it stays 1 across approval timeouts: the next attempt adopts the same CSR)."), &["profile"]).expect("valid metric")),
-            lease_ok: lease("success"),
-            lease_failed: lease("failure"),
-            lease_duration: histogram(r, HistogramOpts::new("bootlet_lease_renew_duration_seconds", "Seconds one Lease renewal took, successful or not.").buckets(LEASE_BUCKETS.to_vec())),
-            lease_last_renew: gauge(r, "bootlet_lease_last_renew_timestamp_seconds", "When the Lease was last renewed, in Unix seconds; 0 before the first renewal."),
-            lease_duration_setting: gauge(r, "bootlet_lease_duration_seconds", "The Lease's leaseDurationSeconds: the node is NotReady this long after the last renewal."),
-            lease_protobuf: registered(r, IntGauge::new("bootlet_lease_protobuf", "1 while the Lease goes on the wire as protobuf, 0 as JSON (the server refused protobuf).").expect("valid metric name")),
-            lease_paused: registered(r, IntGaugeVec::new(Opts::new("bootlet_lease_paused", "1 while the Lease loop does not write the Lease, by reason: other_writer (another writer renews it: the kubelet, when it renews its own Lease, wants renewLease: false), other_writer_stopped (that writer stopped and bootlet does not take over: the node goes NotReady), health_probe (--lease-health-probe fails: the node goes NotReady); 0 otherwise."), &["reason"]).expect("valid metric")),
-            api_requests: registered(r, IntCounterVec::new(Opts::new("bootlet_api_requests_total", "Requests to the API server by HTTP method and status code (<error> when no answer came)."), &["verb", "code"]).expect("valid metric")),
-            registry,
-            serving_registry,
-        };
-        metrics.profile_series(Purpose::Client);
-        metrics
-    }
-
     /// Series a profile always has (at zero before the first event), so `increase()` and
     /// `for:` see them from the first scrape.
     fn profile_series(&self, profile: Purpose) {
@@ -265,6 +255,16 @@ fn register_process_info(r: &Registry) {
         prometheus::process_collector::ProcessCollector::for_self(),
     ))
     .expect("registered once");
+}
+
+/// One series of `bootlet_lease_renewals_total`, by its `result`.
+fn lease_counter(r: &Registry, result: &str) -> IntCounter {
+    let opts = Opts::new(
+        "bootlet_lease_renewals_total",
+        "Lease renewal attempts by outcome.",
+    )
+    .const_label("result", result);
+    registered(r, IntCounter::with_opts(opts).expect("valid metric"))
 }
 
 fn gauge(reg: &Registry, name: &str, help: &str) -> Gauge {
