@@ -295,3 +295,42 @@ fn a_bystander_reads_every_half_lease_duration_at_most_once_per_interval() {
     assert_eq!(bystander_reads(s(10), s(40)), s(20));
     assert_eq!(bystander_reads(s(10), s(11)), s(10));
 }
+
+/// The loop's step after a period, without timers: a failure the server answered counts
+/// and marks since when the Lease fails; a success clears both and records the renewal;
+/// another writer makes bootlet a bystander, paused in the health snapshot.
+#[tokio::test]
+async fn settle_counts_failures_clears_them_and_stands_aside_for_another_writer() {
+    use crate::identity::outage_tests::{node_client, Lines};
+    // A subscriber of its own: tracing caches a callsite's interest when first hit.
+    let (_lines, _guard) = Lines::capture();
+    let tp = testplane::TestPlane::builder().start().await.unwrap();
+    let (_tx, mut clients) = watch::channel(node_client(&tp, "settle"));
+    let health = Health::new(false);
+    let cfg = LeaseLoop::new("settle", Duration::from_secs(10), Duration::from_secs(40));
+    let mut p = Progress::open(&cfg, &mut clients, &health);
+    let read_every = Duration::from_secs(30);
+    let conflict = || RenewError::Conflict {
+        node: "settle".into(),
+    };
+
+    p.settle(&cfg, Err(conflict()), &health, read_every);
+    assert_eq!(p.failed_periods, 1);
+    assert!(health.snapshot().lease.failing_since.is_some());
+    p.settle(&cfg, Err(conflict()), &health, read_every);
+    assert_eq!(p.failed_periods, 2);
+
+    p.settle(&cfg, Ok(()), &health, read_every);
+    assert_eq!(p.failed_periods, 0);
+    let lease = health.snapshot().lease;
+    assert!(lease.failing_since.is_none() && lease.last_renewed.is_some());
+    assert!(p.bystander.is_none());
+
+    let other = RenewError::OtherWriter {
+        node: "settle".into(),
+    };
+    p.settle(&cfg, Err(other), &health, read_every);
+    assert!(p.bystander.is_some());
+    assert!(health.snapshot().lease.paused.is_some());
+    assert_eq!(p.failed_periods, 0, "another writer is no failure");
+}
