@@ -22,6 +22,29 @@ pub(super) const BOOTSTRAP: &str = "/etc/kubernetes/bootstrap-kubelet.conf";
 pub(super) const CONFIG: &str = "/etc/bootlet/config.yaml";
 pub(super) const DROPIN: &str = "/etc/systemd/system/kubelet.service.d/20-bootlet.conf";
 
+/// Started from the package: bootlet active with a certificate, the kubelet started on
+/// it, and the Lease written (`events` subscribed before bootlet started).
+pub(super) async fn runs_beside_the_kubelet(
+    c: &Container,
+    events: &mut tokio::sync::broadcast::Receiver<Event>,
+) {
+    assert_eq!(c.show("ActiveState").await, "active");
+    let cert = c.read(CERT).await.unwrap_or_default();
+    assert!(
+        cert.contains("BEGIN CERTIFICATE"),
+        "active without a certificate"
+    );
+    c.systemctl(&["start", "kubelet"]).await;
+    assert_eq!(c.show_unit("kubelet", "ActiveState").await, "active");
+    wait_event(events, |e| match e {
+        Event::LeaseRenewed { name, .. } | Event::LeaseCreated { name, .. } if name == NODE => {
+            Some(())
+        }
+        _ => None,
+    })
+    .await;
+}
+
 /// What an in-place upgrade must leave alone, recorded before it: bootlet's and the
 /// kubelet's processes, the identity files and bootlet's journal position.
 pub(super) struct BeforeUpgrade {
@@ -304,21 +327,7 @@ async fn the_debian_package_installs_upgrades_and_removes_under_systemd() {
     let edited = c.read(CONFIG).await;
     let mut events = tp.events();
     c.systemctl(&["start", "bootlet"]).await;
-    assert_eq!(c.show("ActiveState").await, "active");
-    let cert = c.read(CERT).await.unwrap_or_default();
-    assert!(
-        cert.contains("BEGIN CERTIFICATE"),
-        "active without a certificate"
-    );
-    c.systemctl(&["start", "kubelet"]).await;
-    assert_eq!(c.show_unit("kubelet", "ActiveState").await, "active");
-    wait_event(&mut events, |e| match e {
-        Event::LeaseRenewed { name, .. } | Event::LeaseCreated { name, .. } if name == NODE => {
-            Some(())
-        }
-        _ => None,
-    })
-    .await;
+    runs_beside_the_kubelet(c, &mut events).await;
     eprintln!("installed and active after {:?}", started.elapsed());
 
     // 3. Upgrade to the bumped version: the config edit survives, bootlet restarts once, the

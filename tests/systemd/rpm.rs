@@ -13,12 +13,14 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use testplane::{Approval, Event};
+use testplane::Approval;
 
-use super::package::{exists, identity, BeforeUpgrade, BOOTSTRAP, CONFIG, DROPIN};
+use super::package::{
+    exists, identity, runs_beside_the_kubelet, BeforeUpgrade, BOOTSTRAP, CONFIG, DROPIN,
+};
 use super::{
-    free_port, kubelet_standin, plane, repo_docs, run_for, setup, wait_event, write_config,
-    Container, Setup, BIN, CERT, NODE,
+    free_port, kubelet_standin, plane, repo_docs, run_for, setup, write_config, Container, Setup,
+    BIN,
 };
 
 const DB: &str = "/var/lib/rpm";
@@ -197,23 +199,7 @@ async fn the_rpm_installs_upgrades_and_erases_under_systemd() {
     let edited = c.read(CONFIG).await;
     let mut events = tp.events();
     c.systemctl(&["start", "bootlet"]).await;
-    assert_eq!(c.show("ActiveState").await, "active");
-    assert!(
-        c.read(CERT)
-            .await
-            .unwrap_or_default()
-            .contains("BEGIN CERTIFICATE"),
-        "active without a certificate"
-    );
-    c.systemctl(&["start", "kubelet"]).await;
-    assert_eq!(c.show_unit("kubelet", "ActiveState").await, "active");
-    wait_event(&mut events, |e| match e {
-        Event::LeaseRenewed { name, .. } | Event::LeaseCreated { name, .. } if name == NODE => {
-            Some(())
-        }
-        _ => None,
-    })
-    .await;
+    runs_beside_the_kubelet(c, &mut events).await;
     eprintln!("installed and active after {:?}", started.elapsed());
 
     // 3. rpm -U to release 2: the config edit survives with no .rpmnew beside it (the
