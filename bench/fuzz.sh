@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs each fuzz harness of tests/fuzz.rs (config, kubeconfig, PEM + verification, watch
+# Runs each fuzz harness of tests/local/fuzz.rs (config, kubeconfig, PEM + verification, watch
 # stream) for SECONDS (default 180) in a release build, one after the other, and prints
 # executions and findings per target. Findings (inputs + what broke) are written under
 # FUZZ_OUT (default target/fuzz-findings/TARGET/). Usage:
@@ -14,7 +14,7 @@ out=${FUZZ_OUT:-$PWD/target/fuzz-findings}
 targets=(config:fuzz_config_parser kubeconfig:fuzz_kubeconfig_parser pem:fuzz_pem_and_verification watch:fuzz_watch_stream_decoder)
 
 echo "building the fuzz harness (release)..." >&2
-cargo test --release --locked --test fuzz --no-run >&2 || exit 2
+cargo test --release --locked --test local --no-run >&2 || exit 2
 
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
@@ -26,7 +26,7 @@ for entry in "${targets[@]}"; do
   log="$logs/$name.log"
   rc=0
   FUZZ_SECONDS=$secs FUZZ_SEED=$seed FUZZ_OUT=$out \
-    cargo test --release --locked --quiet --test fuzz -- --exact "$test" --nocapture --test-threads=1 \
+    cargo test --release --locked --quiet --test local -- --exact "fuzz::$test" --nocapture --test-threads=1 \
     >"$log" 2>&1 || rc=$?
   line=$(grep -a "fuzz-summary target=$name " "$log" | tail -n 1 || true)
   field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$line"; }

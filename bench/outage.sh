@@ -6,7 +6,7 @@
 #   bash bench/outage.sh                                    # 5 minutes at 10 s (~6 min)
 #   OUTAGE_SECONDS=60 bash bench/outage.sh                  # one 60 s window
 #   OUTAGE_SECONDS=20 OUTAGE_INTERVAL_MS=1000 CPU_WINDOW_SECONDS=10 bash bench/outage.sh   # a quick look
-# The short version runs in the test suite: tests/faults.rs
+# The short version runs in the test suite: tests/local/faults.rs
 # (an_outage_costs_under_one_percent_of_a_core_and_the_lease_returns_within_one_interval).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -20,6 +20,6 @@ else
   export CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16
 fi
 echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-PROTO_RENEWALS=${PROTO_RENEWALS:-50} cargo test --quiet "${profile[@]}" --features test-hooks --test lease_proto \
-  bytes_and_cpu_per_renewal -- --nocapture --test-threads 1 2>&1 | grep '^|'
+PROTO_RENEWALS=${PROTO_RENEWALS:-50} cargo test --quiet "${profile[@]}" --features test-hooks --test local \
+  lease_proto::bytes_and_cpu_per_renewal -- --nocapture --test-threads 1 2>&1 | grep '^|'
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

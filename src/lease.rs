@@ -35,7 +35,7 @@ const ABANDON_BEFORE_NEXT: Duration = Duration::from_millis(500);
 /// 409s caused by someone else's renewal before we stand aside. One: only the kubelet (or a
 /// second agent) renews a node's Lease with a renewTime we did not write, and the real
 /// kubelet, registered a few seconds after bootlet started, dying before a third such
-/// conflict was a dead kubelet hidden for good (tests/kube_join.rs).
+/// conflict was a dead kubelet hidden for good (tests/kube/join.rs).
 const FOREIGN_STREAK: u32 = 1;
 /// The heartbeat name the watchdog reports (health.rs `beat`).
 pub const TASK: &str = "lease";

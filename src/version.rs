@@ -136,7 +136,7 @@ mod tests {
     }
 
     /// The other end is tested too: testplane/kube-oldest/go.mod pins a release of the
-    /// oldest supported minor, which tests/kube_oldest.rs runs the core set against.
+    /// oldest supported minor, which tests/kube/oldest.rs runs the core set against.
     /// Raising the floor here without moving that module (or the reverse) fails here.
     #[test]
     fn the_oldest_supported_minor_is_the_one_the_suite_builds_too() {

@@ -69,7 +69,7 @@ def exists(path, bases):
 def path_like(token):
     """The repository path a backticked token names, or None."""
     token = token.strip().rstrip(".,;:)")
-    token = token.split("::")[0]              # tests/lease.rs::a_test_name
+    token = token.split("::")[0]              # tests/local/lease.rs::a_test_name
     if " " in token or token.startswith(("/", "http", "~", "$")) or "{" in token:
         return None
     bare = token

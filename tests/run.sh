@@ -5,10 +5,10 @@
 # each end of the supported range (testplane/kube and testplane/kube-oldest: cached in
 # GOCACHE/GOMODCACHE and target/kube, target/kube-oldest, seconds when warm), then
 # runs the whole suite: every unit and integration test of the workspace, the real-cluster
-# binaries (tests/kube_*.rs) beside the rest, since they spend their time waiting for
+# tests (tests/kube/) beside the rest, since they spend their time waiting for
 # certificates to age while the others keep the cores busy. Everything is built with the
 # `test-hooks` feature (the hidden --test-* flags most integration tests start bootlet
-# with; without it they are ignored, never passed), then tests/cli.rs once more without
+# with; without it they are ignored, never passed), then tests/local/cli.rs once more without
 # it: the shipped build refuses those flags and carries none of their strings.
 #   bash tests/run.sh                  # everything (~9 minutes on 2 cores, warm caches)
 #   bash tests/run.sh --serial         # one test binary at a time, as plain cargo test does
@@ -38,11 +38,11 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
 }
 
-# What the tests drive for real: openssl (chains, subjects), ss (tests/lease.rs reads the
+# What the tests drive for real: openssl (chains, subjects), ss (tests/local/lease.rs reads the
 # Lease connection's TCP keepalive timer), systemd-nspawn and systemd-analyze (the systemd
 # tests boot containers), python3 (the kubelet stand-in's /healthz in them), promtool
-# (tests/alert_rules.rs: Debian ships it in prometheus), the Debian package tools
-# (tests/systemd/package.rs builds and installs the .deb: cargo-deb, pinned to the version
+# (tests/local/alert_rules.rs: Debian ships it in prometheus), the Debian package tools
+# (tests/root/systemd/package.rs builds and installs the .deb: cargo-deb, pinned to the version
 # its maintainer scripts were checked with; dpkg-shlibdeps; strip; man for its man page).
 # kubectl is not among them: the tests use the one built from the pinned release.
 have openssl || apt_install openssl
@@ -56,10 +56,10 @@ have strip || apt_install binutils
 have lintian || apt_install --no-install-recommends lintian
 have man || apt_install man-db
 # kubeadm join's preflight needs iptables on PATH (FileExisting-iptables) on the node the
-# kubeadm test boots from this machine's root (tests/systemd/kubeadm.rs).
+# kubeadm test boots from this machine's root (tests/root/systemd/kubeadm.rs).
 have iptables || apt_install iptables
 have cargo-deb || cargo install --locked cargo-deb --version 3.8.0
-# The RPM (tests/systemd/package.rs builds, installs, upgrades and erases it beside the
+# The RPM (tests/root/systemd/package.rs builds, installs, upgrades and erases it beside the
 # .deb; .ci/run lints it): cargo-generate-rpm, pinned to the version its metadata and
 # scriptlets were checked with, and Debian's rpm (no rpmbuild involved) and rpmlint.
 have cargo-generate-rpm || cargo install --locked cargo-generate-rpm --version 0.21.1
@@ -77,15 +77,15 @@ $install_only && exit 0
 # --include-ignored: the tests a plain `cargo test` lists as ignored, with the reason
 # (they need root, systemd-nspawn or the Kubernetes build), run here.
 features=(--features bootlet/test-hooks)
-# The default build's own check (tests/cli.rs), after the rest: only bootlet itself is
+# The default build's own check (tests/local/cli.rs), after the rest: only bootlet itself is
 # compiled again, without the feature.
-default_build() { cargo test --workspace --locked --test cli; }
+default_build() { cargo test -p bootlet --locked --test local cli::; }
 
 echo "== build (the workspace's tests, then the Kubernetes components)" >&2
 cargo test --workspace --locked "${features[@]}" --no-run
 # Its own progress on stderr; seconds when target/kube/kube is newer than its sources.
-# Both ends of the supported range: the newest release (every kube_* binary) and the
-# oldest supported minor (target/kube-oldest/kube, tests/kube_oldest.rs).
+# Both ends of the supported range: the newest release (tests/kube/) and the
+# oldest supported minor (target/kube-oldest/kube, tests/kube/oldest.rs).
 cargo run --quiet --locked -p bootlet-testplane -- kube-build
 cargo run --quiet --locked -p bootlet-testplane -- kube-build --release oldest
 
@@ -96,40 +96,31 @@ if $serial; then
   exit $status
 fi
 
-# The real-cluster binaries in the background, one after another (each starts a cluster
-# of its own); everything else in the foreground. Their output goes to a log, printed
-# whole at the end so the two never interleave.
+# The real-cluster tests (tests/kube/) in the background: one binary whose modules each
+# start a cluster of their own, one at a time; everything else in the foreground. Their
+# output goes to a log, printed whole at the end so the two never interleave.
 # Every invocation names the whole workspace, as the build above did: one feature set, so
 # nothing is compiled again (`-p` of one package would unify features differently).
-kube_targets=()
-rest_targets=()
-for f in tests/*.rs testplane/tests/*.rs; do
-  name=$(basename "$f" .rs)
-  case $name in
-    kube_*) kube_targets+=(--test "$name") ;;
-    *) [[ " ${rest_targets[*]} " == *" --test $name "* ]] || rest_targets+=(--test "$name") ;;
-  esac
-done
 mkdir -p target
 kube_log=target/tests-kube.log
 started=$SECONDS
 # A process group of its own, so an interrupted run stops the test binaries (and, through
 # them, their clusters) too.
-setsid cargo test --workspace --locked "${features[@]}" --no-fail-fast "${kube_targets[@]}" -- --include-ignored >"$kube_log" 2>&1 &
+setsid cargo test --workspace --locked "${features[@]}" --no-fail-fast --test kube -- --include-ignored >"$kube_log" 2>&1 &
 kube_pid=$!
 trap 'kill -- "-$kube_pid" 2>/dev/null || true' EXIT
 
 status=0
-cargo test --workspace --locked "${features[@]}" --no-fail-fast --lib --bins "${rest_targets[@]}" -- --include-ignored || status=$?
+cargo test --workspace --locked "${features[@]}" --no-fail-fast --lib --bins --test local --test root -- --include-ignored || status=$?
 cargo test --workspace --locked "${features[@]}" --doc || { s=$?; [ $status != 0 ] || status=$s; }
 echo "== the rest done in $((SECONDS - started)) s; waiting for the real-cluster tests" >&2
 
 kube_status=0
 wait "$kube_pid" || kube_status=$?
 trap - EXIT
-echo "== the real-cluster tests (tests/kube_*.rs), done in $((SECONDS - started)) s"
+echo "== the real-cluster tests (tests/kube/), done in $((SECONDS - started)) s"
 cat "$kube_log"
 [ $status = 0 ] && status=$kube_status
-echo "== the default build (tests/cli.rs without test-hooks)" >&2
+echo "== the default build (tests/local/cli.rs without test-hooks)" >&2
 default_build || { s=$?; [ $status != 0 ] || status=$s; }
 exit $status

@@ -1,7 +1,7 @@
 //! The configuration reference (docs/configuration.md's generated part): every flag of
 //! `bootlet run` from the clap definition in cli.rs, its config-file key (by [`flag_for_key`]) and what a
 //! reload does with it from [`super::reload::TABLE`], its default from its help. Flags that are
-//! test hooks (no file key, hidden) are left out. tests/docs.rs compares it with the file.
+//! test hooks (no file key, hidden) are left out. tests/local/docs.rs compares it with the file.
 
 use super::flag_for_key;
 use super::reload::{Reload, TABLE};

@@ -1,6 +1,6 @@
 //! The doctor reference (docs/troubleshooting.md's generated part): every row of
 //! [`CHECKS`] in the order doctor runs them — its id and title, what it needs to pass
-//! first and what it observes. tests/docs.rs compares it with the file.
+//! first and what it observes. tests/local/docs.rs compares it with the file.
 
 use crate::checkid::CHECKS;
 

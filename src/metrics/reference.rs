@@ -1,6 +1,6 @@
 //! The metrics reference (docs/metrics.md's generated part): every family the registry
 //! exports, read back from the exposition itself (name, type, labels, help), with the
-//! serving certificate's families and every labelled family's series present. tests/docs.rs
+//! serving certificate's families and every labelled family's series present. tests/local/docs.rs
 //! compares it with the file.
 
 use std::collections::BTreeMap;

@@ -158,7 +158,7 @@ fn csr_matches_only_our_key_and_node() {
     ));
 }
 
-/// Found by tests/fuzz.rs: a request with bytes after it matched (the rest was ignored);
+/// Found by tests/local/fuzz.rs: a request with bytes after it matched (the rest was ignored);
 /// the API server's Go parser refuses one, so such an object is never ours to adopt.
 #[test]
 fn a_csr_with_bytes_after_it_does_not_match() {
@@ -214,7 +214,7 @@ fn split_pem_separates_chain_and_key() {
     assert_eq!(split_pem(ec).1.unwrap().as_str(), ec);
 }
 
-/// Found by tests/fuzz.rs: a `-----BEGIN` without its `-----END` (here mid-line, where
+/// Found by tests/local/fuzz.rs: a `-----BEGIN` without its `-----END` (here mid-line, where
 /// x509-parser does not see it) stopped the scan, so a key after it was never found.
 #[test]
 fn split_pem_skips_a_block_that_never_ends() {

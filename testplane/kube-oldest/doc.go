@@ -1,7 +1,7 @@
 // Command kube, the oldest supported release: bootlet's test control plane built the same
 // way as testplane/kube (one multi-call binary, the first argument or the name it runs as
 // picks the component) from k8s.io/kubernetes at the oldest minor bootlet supports, so the
-// core real-cluster set (tests/kube_oldest.rs) runs against both ends of the range.
+// core real-cluster set (tests/kube/oldest.rs) runs against both ends of the range.
 //
 //	kube etcd --data-dir DIR --listen-client-urls URL
 //	kube kube-apiserver FLAGS...

@@ -1,5 +1,5 @@
 //! How much CPU a thread had, from its `/proc/…/schedstat`: for tests that charge CPU to
-//! the agent (tests/faults.rs) and the benches (bench/src/procfs.rs, which owns the rest of
+//! the agent (tests/local/faults.rs) and the benches (bench/src/procfs.rs, which owns the rest of
 //! what they read from /proc).
 
 /// (CPU nanoseconds, times scheduled in) from the text of a `/proc/…/schedstat` file

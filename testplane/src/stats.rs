@@ -1,4 +1,4 @@
-//! How a fleet's requests spread in time, for tests/fleet.rs and the fleet bench: where
+//! How a fleet's requests spread in time, for tests/local/fleet.rs and the fleet bench: where
 //! instants fall in a repeating interval (equal slices, the largest empty gap), plain
 //! histograms, percentiles, and the binomial bound on how full a slice may get by chance.
 //! Pure: times come in as `Duration`s since a reference the caller picks.

@@ -1,11 +1,13 @@
 //! `bootlet doctor` as a child process: the real binary with the node's flags, its JSON
-//! report parsed, the exit code and the wall time kept (tests/doctor.rs on the testplane,
-//! tests/kube_doctor.rs on the real cluster).
+//! report parsed, the exit code and the wall time kept (tests/local/doctor.rs on the testplane,
+//! tests/kube/doctor.rs on the real cluster).
 
 use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::Value;
+
+use super::NodeDir;
 
 /// What one doctor run printed and returned.
 pub struct Run {
@@ -93,4 +95,47 @@ pub fn openssl_pin(ca_pem: &str) -> String {
     let out = child.wait_with_output().unwrap();
     let text = String::from_utf8(out.stdout).unwrap();
     format!("sha256:{}", text.trim().rsplit(' ').next().unwrap())
+}
+
+/// `bootlet doctor --output json` with the node's flags (as for `run`) and `extra`; the
+/// contract's 10 s bound holds on the real cluster too.
+pub async fn doctor_node(dir: &NodeDir, node: &str, extra: &[&str]) -> Run {
+    let mut args = dir.args(node)[1..].to_vec();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let run = doctor_json(&args).await;
+    assert!(
+        run.took < Duration::from_secs(10),
+        "doctor took {:?}",
+        run.took
+    );
+    run
+}
+
+/// doctor named `root` as the root cause (statuses in contract order as P W F S), its
+/// summary holds every one of `summary`, its remediation holds `fix`; exit 1.
+pub fn assert_root(run: &Run, statuses: &str, root: &str, summary: &[&str], fix: &str) {
+    let ctx = format!("{:#}", run.json);
+    assert_eq!(run.statuses(), statuses, "{ctx}");
+    assert_eq!(run.root(), Some(root), "{ctx}");
+    assert_eq!(run.code, Some(1), "{ctx}");
+    assert_eq!(run.json["ok"], false, "{ctx}");
+    for needle in summary {
+        assert!(
+            run.summary(root).contains(needle),
+            "{root}'s summary lacks {needle:?}: {ctx}"
+        );
+    }
+    assert!(
+        run.fix(root).contains(fix),
+        "{root}'s remediation lacks {fix:?}: {ctx}"
+    );
+}
+
+/// Nothing failed: exit 0, rootCause null, the statuses as given.
+pub fn assert_passes(run: &Run, statuses: &str) {
+    let ctx = format!("{:#}", run.json);
+    assert_eq!(run.root(), None, "{ctx}");
+    assert_eq!(run.code, Some(0), "{ctx}");
+    assert_eq!(run.json["ok"], true, "{ctx}");
+    assert_eq!(run.statuses(), statuses, "{ctx}");
 }

@@ -1,8 +1,10 @@
 //! The real control plane in integration tests: one `testplane::kube::Cluster` per test
-//! binary, on one runtime that lives as long as the binary (the component processes belong
-//! to it), so `#[test]` functions run their bodies with `block_on` and share the cluster.
+//! module, one at a time, on one runtime that lives as long as the binary (the component
+//! processes belong to it), so `#[test]` functions run their bodies with `block_on` and
+//! share their module's cluster.
 //! Tests isolate themselves by node name and by a bootstrap token of their own.
 
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -10,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use testplane::kube::{procs::Proc, Cluster, Options};
-use tokio::sync::OnceCell;
+use tokio::sync::{Mutex, Notify};
 
 use super::{Agent, NodeDir};
 
@@ -29,25 +31,108 @@ fn runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
-/// Run a test body on the binary's runtime.
+/// Run a test body on the binary's runtime. The body holds the cluster it asks for
+/// (`cluster`) until it returns or panics.
 pub fn block_on<F: Future>(f: F) -> F::Output {
+    IN_TEST.with(|t| t.set(true));
+    let _release = Release;
     runtime().block_on(f)
 }
 
-/// The binary's cluster, started on first use with the options `configure` makes from the
-/// default ones (state under cargo's per-binary temp dir, `name`).
+/// The cluster running in this process: its module's name, and how many running tests
+/// hold it. The real-cluster modules share one test binary and libtest runs their tests in
+/// name order, two at a time, so at a module's end a test of the next one waits here for
+/// the last tests of the previous one: never two control planes at once on a small machine.
+struct Running {
+    name: String,
+    cluster: &'static Cluster,
+    holders: usize,
+}
+
+static RUNNING: Mutex<Option<Running>> = Mutex::const_new(None);
+/// Woken whenever a test lets go of the running cluster.
+static RELEASED: Notify = Notify::const_new();
+
+thread_local! {
+    /// A test body runs on this thread (`block_on` runs it on the test's own thread).
+    static IN_TEST: Cell<bool> = const { Cell::new(false) };
+    /// The module whose cluster the test on this thread holds.
+    static HELD: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Lets go of the cluster this thread's test held, when its `block_on` ends (or unwinds).
+struct Release;
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        IN_TEST.with(|t| t.set(false));
+        if HELD.with(|h| h.borrow_mut().take()).is_none() {
+            return;
+        }
+        runtime().block_on(async {
+            if let Some(r) = RUNNING.lock().await.as_mut() {
+                r.holders -= 1;
+            }
+        });
+        RELEASED.notify_waiters();
+    }
+}
+
+/// The cluster of the test module `name`, started on first use with the options
+/// `configure` makes from the default ones (state under cargo's per-binary temp dir,
+/// `name`). While another module's cluster runs and some test holds it, this waits; once
+/// none does, that cluster is shut down and this one started. The cluster lives as long as
+/// the process (leaked on purpose: tests keep `&'static` references), its processes until
+/// the next module's cluster starts, or shortly after the binary exits. Asked for outside
+/// `block_on` (a task the test spawned, a `#[tokio::test]`), it holds nothing: it returns
+/// the running cluster of `name`, or starts it when none runs.
 pub async fn cluster(name: &str, configure: impl FnOnce(&mut Options)) -> &'static Cluster {
-    static CLUSTER: OnceCell<Cluster> = OnceCell::const_new();
-    CLUSTER
-        .get_or_init(|| async {
-            let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("kube-{name}"));
-            let mut opts = Options::new(dir);
-            configure(&mut opts);
-            Cluster::start(opts)
-                .await
-                .unwrap_or_else(|e| panic!("start the real control plane: {e}"))
-        })
-        .await
+    if let Some(held) = HELD.with(|h| h.borrow().clone()) {
+        assert_eq!(held, name, "a test asks for two modules' clusters");
+    }
+    // Whether this call can hold the cluster for the test on this thread.
+    let holds = IN_TEST.with(|t| t.get()) && HELD.with(|h| h.borrow().is_none());
+    let hold = |r: &mut Running| {
+        if holds {
+            r.holders += 1;
+            HELD.with(|h| *h.borrow_mut() = Some(r.name.clone()));
+        }
+    };
+    let mut configure = Some(configure);
+    loop {
+        let released = RELEASED.notified();
+        tokio::pin!(released);
+        released.as_mut().enable();
+        let mut running = RUNNING.lock().await;
+        match running.as_mut() {
+            Some(r) if r.name == name => {
+                hold(r);
+                return r.cluster;
+            }
+            Some(r) if r.holders > 0 => {
+                drop(running);
+                released.await;
+            }
+            _ => {
+                if let Some(old) = running.take() {
+                    old.cluster.shutdown().await;
+                }
+                let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("kube-{name}"));
+                let mut opts = Options::new(dir);
+                (configure.take().expect("configured once"))(&mut opts);
+                let started = Cluster::start(opts)
+                    .await
+                    .unwrap_or_else(|e| panic!("start the real control plane: {e}"));
+                let r = running.insert(Running {
+                    name: name.to_string(),
+                    cluster: Box::leak(Box::new(started)),
+                    holders: 0,
+                });
+                hold(r);
+                return r.cluster;
+            }
+        }
+    }
 }
 
 /// A node directory with a bootstrap token of its own.
@@ -283,4 +368,37 @@ impl Drop for LeaseWatch {
 /// Run `openssl ARGS`: (success, stdout + stderr).
 pub async fn openssl(args: &[&str]) -> (bool, String) {
     super::run("openssl", args).await
+}
+
+/// A CSR's condition of type `kind` (Approved, Denied, Failed), if it has one.
+pub fn condition<'a>(csr: &'a Value, kind: &str) -> Option<&'a Value> {
+    csr["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+}
+
+/// `kubectl auth whoami` with `conf`: the user it authenticates as.
+pub async fn whoami(c: &Cluster, conf: &std::path::Path) -> String {
+    let (ok, out) = kubectl_as(
+        c,
+        conf,
+        &[
+            "auth",
+            "whoami",
+            "-o",
+            "jsonpath={.status.userInfo.username}",
+        ],
+    )
+    .await;
+    assert!(ok, "kubectl auth whoami: {out}");
+    out.trim().to_string()
+}
+
+/// `name`'s value in a Prometheus text exposition (the first series that starts so).
+pub fn sample(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(name) && !l.starts_with('#'))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
 }

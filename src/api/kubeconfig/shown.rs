@@ -6,7 +6,7 @@ use std::fmt;
 /// A value from the file as an error shows it: quoted and escaped, but only when it could
 /// be a name or URL at all (no whitespace, at most [`SHOWN_MAX`] characters). A value with
 /// a line break is most likely a quote left open that swallowed the lines after it (a
-/// token among them, found by tests/fuzz.rs): it is described, never shown.
+/// token among them, found by tests/local/fuzz.rs): it is described, never shown.
 pub struct Shown<'a>(pub &'a str);
 
 /// The longest value [`Shown`] quotes.

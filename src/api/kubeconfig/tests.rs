@@ -622,7 +622,7 @@ fn oversized_or_special_files_are_refused_naming_the_field_and_cap() {
     );
 }
 
-/// Found by tests/fuzz.rs: a quote left open in `server:` swallowed the lines after it, a
+/// Found by tests/local/fuzz.rs: a quote left open in `server:` swallowed the lines after it, a
 /// token among them; the value was accepted (it starts with https://) and shown whole in
 /// later errors and Debug, or in "is not an https:// URL". A value with a line break is
 /// now refused, and described instead of shown.

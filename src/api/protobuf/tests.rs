@@ -177,7 +177,7 @@ fn the_wire_flag_values() {
 
 /// A Lease as kube-apiserver v1.37.2 encodes it (Go's generated marshallers), answering
 /// `Accept: application/vnd.kubernetes.protobuf` for a Lease bootlet had created and
-/// renewed once in protobuf (saved by tests/kube_proto.rs with `BOOTLET_PROTO_GOLDEN`).
+/// renewed once in protobuf (saved by tests/kube/proto.rs with `BOOTLET_PROTO_GOLDEN`).
 const GO_LEASE: &[&str] = &[
     "6b3873000a1f0a16636f6f7264696e6174696f6e2e6b38732e696f2f763112054c65617365128f020aee010a0a726561",
     "6c2d70726f746f12001a0f6b7562652d6e6f64652d6c6561736522002a2434373266653639312d383435332d34303637",

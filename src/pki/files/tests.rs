@@ -243,7 +243,7 @@ fn open_refuses_a_cert_dir_owned_by_another_uid() {
     let euid = rustix::process::geteuid().as_raw();
     if euid != 0 {
         // Only root can hand a directory to another uid; CI and this project's tests run
-        // as root (tests/systemd.rs needs it too), so this is not a silent pass there.
+        // as root (tests/root/systemd.rs needs it too), so this is not a silent pass there.
         eprintln!("skipped: needs root to chown");
         return;
     }

@@ -564,7 +564,7 @@ fn assert_refused_outside_signature(s: &Setup, der: &[u8], want: &str) {
     );
 }
 
-/// Found by tests/fuzz.rs: a certificate block with bytes after the DER certificate was
+/// Found by tests/local/fuzz.rs: a certificate block with bytes after the DER certificate was
 /// accepted (x509-parser hands the rest back and it was ignored), then installed; Go's
 /// `x509.ParseCertificate` in the kubelet and the API server refuses it ("trailing data").
 #[test]
@@ -593,7 +593,7 @@ fn refuses_a_certificate_with_bytes_after_its_end() {
     s.verify(&cert).unwrap();
 }
 
-/// Found by tests/fuzz.rs: the outer signatureAlgorithm sits outside the signed part, and
+/// Found by tests/local/fuzz.rs: the outer signatureAlgorithm sits outside the signed part, and
 /// x509-parser accepted its OID under another tag (IA5String for OBJECT IDENTIFIER), so a
 /// certificate Go refuses ("malformed algorithm identifier") verified and was installed.
 #[test]

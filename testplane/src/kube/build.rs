@@ -20,7 +20,7 @@ pub enum Module {
     #[default]
     Newest,
     /// `testplane/kube-oldest`: the oldest supported minor, the core set only (etcd,
-    /// kube-apiserver, kube-controller-manager, kubectl), for `tests/kube_oldest.rs`.
+    /// kube-apiserver, kube-controller-manager, kubectl), for `tests/kube/oldest.rs`.
     Oldest,
 }
 
