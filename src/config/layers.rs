@@ -8,6 +8,35 @@ use std::time::Duration;
 
 use super::*;
 
+/// Picks flag, else file, else default for one key of a [`Layering`], and records where the
+/// value came from.
+macro_rules! take {
+    ($l:ident, $key:literal, $field:ident, $default:expr) => {
+        $l.at.pick(
+            $key,
+            $l.flags.$field.clone(),
+            $l.file.$field.clone(),
+            $default,
+        )
+    };
+}
+
+/// [`take!`] for a duration, whose file value is Go-style text parsed here.
+macro_rules! duration {
+    ($l:ident, $key:literal, $field:ident, $default:expr) => {
+        $l.at
+            .duration($key, $l.flags.$field, $l.file.$field.as_deref(), $default)?
+    };
+}
+
+/// [`take!`] for a path, made absolute.
+macro_rules! path {
+    ($l:ident, $key:literal, $field:ident, $default:expr) => {{
+        let p = take!($l, $key, $field, PathBuf::from($default));
+        $l.at.absolute($key, p)?
+    }};
+}
+
 // === impl Settings ===
 
 impl Settings {
@@ -35,177 +64,117 @@ impl Settings {
     }
 
     /// Merges without range checks; the [`Layers`] say where each key's value came from.
+    /// The keys whose layering can fail are layered first, in this order, which decides the
+    /// error reported when several are wrong.
     pub(super) fn layer<'a>(
         file: Option<(&'a Path, &FileConfig)>,
         flags: &Flags,
         kubelet: &KubeletView,
     ) -> Result<(Settings, Layers<'a>), ConfigError> {
-        let mut at = Layers {
-            file: file.map(|(p, _)| p),
-            origins: BTreeMap::new(),
-        };
-        let f = file.map(|(_, f)| f.clone()).unwrap_or_default();
-        let fl = flags;
-        // Picks flag, else file, else default, and records where the value came from.
-        macro_rules! take {
-            ($key:literal, $field:ident, $default:expr) => {
-                at.pick($key, fl.$field.clone(), f.$field.clone(), $default)
-            };
-        }
-        macro_rules! duration {
-            ($key:literal, $field:ident, $default:expr) => {
-                at.duration($key, fl.$field, f.$field.as_deref(), $default)?
-            };
-        }
-        macro_rules! path {
-            ($key:literal, $field:ident, $default:expr) => {{
-                let p = take!($key, $field, PathBuf::from($default));
-                at.absolute($key, p)?
-            }};
-        }
-        let typed = take!("nodeName", node_name, String::new());
-        // Where a name nobody typed into bootlet's config came from, for the error.
-        let (node_name, found_in) = match at.of("nodeName") {
-            Origin::Default { .. } => match &kubelet.node_name {
-                Some(name) => (name.clone(), Some("the kubelet's --hostname-override ")),
-                None => (
-                    hostname().map_err(|source| ConfigError::Hostname { source })?,
-                    Some("host name "),
-                ),
+        let mut l = Layering {
+            at: Layers {
+                file: file.map(|(p, _)| p),
+                origins: BTreeMap::new(),
             },
-            _ => (typed.to_lowercase(), None),
+            flags,
+            file: file.map(|(_, f)| f.clone()).unwrap_or_default(),
+            kubelet,
         };
-        // Checked here, where what the operator typed is at hand: the error quotes it, not
-        // the lower-cased value the check saw.
-        if !is_dns1123_subdomain(&node_name) {
-            return Err(at.bad("nodeName", format!(
-                "{}{:?} is not a valid node name (lower-case letters, digits, '-' and '.', at most 253){}",
-                found_in.unwrap_or(""),
-                if found_in.is_some() { &node_name } else { &typed },
-                if found_in.is_some() { "; pass --node-name" } else { "" })));
-        }
-        let metrics = take!(
-            "metricsBindAddress",
-            metrics_bind_address,
-            DEFAULT_METRICS_BIND_ADDRESS.into()
-        );
+        let node_name = l.node_name()?;
+        let [bootstrap_kubeconfig, kubeconfig, cert_dir] = l.paths()?;
+        let [lease_renew_interval, lease_duration, csr_timeout] = l.lease_timings()?;
+        let metrics_bind_address = l.metrics_bind_address()?;
+        let (node_ips, tls_sans) = l.serving_names()?;
+        let [csr_backoff_min, csr_backoff_max, csr_not_issued_warning] = l.csr_timings()?;
+        let [lease_owner_lookup_interval, shutdown_grace] = l.lookup_and_grace()?;
+        let (rotate_certificates, rotation_fraction, rotation_jitter) = l.rotation();
+        let (renew_lease, lease_health_probe) = l.lease_switches();
+        let (keep_certificates, allow_insecure_kubeconfig) = l.cert_files();
         let s = Settings {
-            bootstrap_kubeconfig: path!(
-                "bootstrapKubeconfig",
-                bootstrap_kubeconfig,
-                DEFAULT_BOOTSTRAP_KUBECONFIG
-            ),
-            kubeconfig: path!("kubeconfig", kubeconfig, DEFAULT_KUBECONFIG),
-            cert_dir: path!("certDir", cert_dir, DEFAULT_CERT_DIR),
+            bootstrap_kubeconfig,
+            kubeconfig,
+            cert_dir,
             node_name,
-            rotate_certificates: take!(
-                "rotateCertificates",
-                rotate_certificates,
-                kubelet
-                    .rotate_certificates
-                    .unwrap_or(DEFAULT_ROTATE_CERTIFICATES)
-            ),
-            rotation_fraction: take!(
-                "rotationFraction",
-                rotation_fraction,
-                DEFAULT_ROTATION_FRACTION
-            ),
-            rotation_jitter: take!("rotationJitter", rotation_jitter, DEFAULT_ROTATION_JITTER),
-            renew_lease: take!("renewLease", renew_lease, DEFAULT_RENEW_LEASE),
-            lease_health_probe: at.pick(
-                "leaseHealthProbe",
-                fl.lease_health_probe.clone().map(Some),
-                f.lease_health_probe.clone().map(Some),
-                None,
-            ),
-            lease_renew_interval: duration!(
-                "leaseRenewInterval",
-                lease_renew_interval,
-                DEFAULT_LEASE_RENEW_INTERVAL
-            ),
-            lease_duration: duration!("leaseDuration", lease_duration, DEFAULT_LEASE_DURATION),
-            csr_timeout: duration!("csrTimeout", csr_timeout, DEFAULT_CSR_TIMEOUT),
-            metrics_bind_address: parse_metrics_address(&metrics)
-                .map_err(|problem| at.bad("metricsBindAddress", problem))?,
-            rotate_server_certificates: take!(
-                "serverTLSBootstrap",
-                rotate_server_certificates,
-                kubelet
-                    .server_tls_bootstrap
-                    .unwrap_or(DEFAULT_ROTATE_SERVER_CERTIFICATES)
-            ),
-            node_ips: parse_node_ips(&take!("nodeIP", node_ip, Vec::new()))
-                .map_err(|problem| at.bad("nodeIP", problem))?,
-            tls_sans: parse_tls_sans(&take!("tlsSAN", tls_san, Vec::new()))
-                .map_err(|problem| at.bad("tlsSAN", problem))?,
-            keep_certificates: take!(
-                "keepCertificates",
-                keep_certificates,
-                DEFAULT_KEEP_CERTIFICATES
-            ),
-            allow_insecure_kubeconfig: take!(
-                "allowInsecureKubeconfig",
-                allow_insecure_kubeconfig,
-                DEFAULT_ALLOW_INSECURE_KUBECONFIG
-            ),
-            csr_backoff_min: duration!("csrBackoffMin", csr_backoff_min, DEFAULT_CSR_BACKOFF_MIN),
-            csr_backoff_max: duration!("csrBackoffMax", csr_backoff_max, DEFAULT_CSR_BACKOFF_MAX),
-            csr_not_issued_warning: duration!(
-                "csrNotIssuedWarning",
-                csr_not_issued_warning,
-                DEFAULT_CSR_NOT_ISSUED_WARNING
-            ),
-            lease_owner_lookup_interval: duration!(
-                "leaseOwnerLookupInterval",
-                lease_owner_lookup_interval,
-                DEFAULT_LEASE_OWNER_LOOKUP_INTERVAL
-            ),
-            shutdown_grace: duration!("shutdownGrace", shutdown_grace, DEFAULT_SHUTDOWN_GRACE),
-            log_format: take!("logFormat", log_format, DEFAULT_LOG_FORMAT),
-            // -v is a count: 0 means "not given", so the file's level applies.
-            verbosity: at.pick(
-                "verbosity",
-                (fl.verbose > 0).then_some(fl.verbose),
-                f.verbosity,
-                DEFAULT_VERBOSITY,
-            ),
+            rotate_certificates,
+            rotation_fraction,
+            rotation_jitter,
+            renew_lease,
+            lease_health_probe,
+            lease_renew_interval,
+            lease_duration,
+            csr_timeout,
+            metrics_bind_address,
+            rotate_server_certificates: l.rotate_server_certificates(),
+            node_ips,
+            tls_sans,
+            keep_certificates,
+            allow_insecure_kubeconfig,
+            csr_backoff_min,
+            csr_backoff_max,
+            csr_not_issued_warning,
+            lease_owner_lookup_interval,
+            shutdown_grace,
+            log_format: take!(l, "logFormat", log_format, DEFAULT_LOG_FORMAT),
+            verbosity: l.verbosity(),
         };
-        Ok((s, at))
+        Ok((s, l.at))
     }
 
     /// The cross-field and range checks, once, after layering. Every duration has a floor
-    /// and a cap, so no sum, product or `Instant` made from one can overflow.
+    /// and a cap, so no sum, product or `Instant` made from one can overflow. The checks run
+    /// in this order; the first to fail names its key.
     fn validate(&self, at: &Layers<'_>, renew_floor: Duration) -> Result<(), ConfigError> {
+        self.check_rotation()
+            .and_then(|()| self.check_probe())
+            .and_then(|()| self.check_ranges(renew_floor))
+            .and_then(|()| self.check_lease_timing(at))
+            .and_then(|()| self.check_csr_backoff(at))
+            .and_then(|()| self.check_keep())
+            .map_err(|(key, problem)| at.bad(key, problem))
+    }
+
+    /// `rotationFraction` and `rotationJitter`, alone and as a window inside (0, 1).
+    fn check_rotation(&self) -> Result<(), Problem> {
         let s = self;
-        let fail = |key: &'static str, problem: String| Err(at.bad(key, problem));
         if !(s.rotation_fraction > 0.0 && s.rotation_fraction < 1.0) {
-            return fail(
+            return Err((
                 "rotationFraction",
                 format!("must be between 0 and 1, got {}", s.rotation_fraction),
-            );
+            ));
         }
         if s.rotation_jitter.is_nan() || s.rotation_jitter < 0.0 {
-            return fail(
+            return Err((
                 "rotationJitter",
                 format!("must be 0 or more, got {}", s.rotation_jitter),
-            );
+            ));
         }
         let (lo, hi) = (
             s.rotation_fraction - s.rotation_jitter,
             s.rotation_fraction + s.rotation_jitter,
         );
         if !(lo > 0.0 && hi < 1.0) {
-            return fail(
+            return Err((
                 "rotationJitter",
                 format!(
                     "rotation window [{lo}, {hi}] (fraction {} ± jitter {}) must lie inside (0, 1)",
                     s.rotation_fraction, s.rotation_jitter
                 ),
-            );
+            ));
         }
-        if let Some(Err(problem)) = s.lease_health_probe.as_deref().map(check_probe_url) {
-            return fail("leaseHealthProbe", problem);
+        Ok(())
+    }
+
+    /// `leaseHealthProbe`, when set, is a URL the probe can use.
+    fn check_probe(&self) -> Result<(), Problem> {
+        match self.lease_health_probe.as_deref().map(check_probe_url) {
+            Some(Err(problem)) => Err(("leaseHealthProbe", problem)),
+            _ => Ok(()),
         }
+    }
+
+    /// Every duration within its floor and cap, in the table's order.
+    fn check_ranges(&self, renew_floor: Duration) -> Result<(), Problem> {
+        let s = self;
         for (key, value, min, max) in [
             (
                 "leaseRenewInterval",
@@ -241,21 +210,25 @@ impl Settings {
                 MAX_SHUTDOWN_GRACE,
             ),
         ] {
-            if let Err(problem) = within(value, min, max) {
-                return fail(key, problem);
-            }
+            within(value, min, max).map_err(|problem| (key, problem))?;
         }
+        Ok(())
+    }
+
+    /// `leaseDuration` is whole seconds (the Lease field is) and outlasts the renew interval.
+    fn check_lease_timing(&self, at: &Layers<'_>) -> Result<(), Problem> {
+        let s = self;
         if s.lease_duration.subsec_nanos() != 0 {
-            return fail(
+            return Err((
                 "leaseDuration",
                 format!(
                     "must be whole seconds (spec.leaseDurationSeconds), got {}",
                     format_duration(s.lease_duration)
                 ),
-            );
+            ));
         }
         if s.lease_duration <= s.lease_renew_interval {
-            return fail(
+            return Err((
                 "leaseDuration",
                 format!(
                     "must be longer than the lease renew interval ({}, from {}), got {}",
@@ -263,10 +236,16 @@ impl Settings {
                     at.of("leaseRenewInterval"),
                     format_duration(s.lease_duration)
                 ),
-            );
+            ));
         }
+        Ok(())
+    }
+
+    /// `csrBackoffMax` is at least `csrBackoffMin`.
+    fn check_csr_backoff(&self, at: &Layers<'_>) -> Result<(), Problem> {
+        let s = self;
         if s.csr_backoff_max < s.csr_backoff_min {
-            return fail(
+            return Err((
                 "csrBackoffMax",
                 format!(
                     "must be at least the CSR backoff minimum ({}, from {}), got {}",
@@ -274,12 +253,223 @@ impl Settings {
                     at.of("csrBackoffMin"),
                     format_duration(s.csr_backoff_max)
                 ),
-            );
-        }
-        if s.keep_certificates == 0 {
-            return fail("keepCertificates", "must be at least 1".into());
+            ));
         }
         Ok(())
+    }
+
+    /// `keepCertificates` keeps at least the current one.
+    fn check_keep(&self) -> Result<(), Problem> {
+        match self.keep_certificates {
+            0 => Err(("keepCertificates", "must be at least 1".into())),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A failed check: the key it names and the problem in words.
+type Problem = (&'static str, String);
+
+/// One layering under way: the three sources and the [`Layers`] picked so far. One method
+/// per key or group of keys, so [`Settings::layer`] reads as the list of them.
+struct Layering<'a, 'x> {
+    at: Layers<'a>,
+    flags: &'x Flags,
+    /// The file's values, or none set.
+    file: FileConfig,
+    kubelet: &'x KubeletView,
+}
+
+// === impl Layering ===
+
+impl Layering<'_, '_> {
+    /// `nodeName`: typed (lower-cased), else the kubelet's `--hostname-override`, else the
+    /// host name. Checked here, where what the operator typed is at hand: the error quotes
+    /// it, not the lower-cased value the check saw.
+    fn node_name(&mut self) -> Result<String, ConfigError> {
+        let l = self;
+        let typed = take!(l, "nodeName", node_name, String::new());
+        // Where a name nobody typed into bootlet's config came from, for the error.
+        let (node_name, found_in) = match l.at.of("nodeName") {
+            Origin::Default { .. } => match &l.kubelet.node_name {
+                Some(name) => (name.clone(), Some("the kubelet's --hostname-override ")),
+                None => (
+                    hostname().map_err(|source| ConfigError::Hostname { source })?,
+                    Some("host name "),
+                ),
+            },
+            _ => (typed.to_lowercase(), None),
+        };
+        if !is_dns1123_subdomain(&node_name) {
+            return Err(l.at.bad("nodeName", format!(
+                "{}{:?} is not a valid node name (lower-case letters, digits, '-' and '.', at most 253){}",
+                found_in.unwrap_or(""),
+                if found_in.is_some() { &node_name } else { &typed },
+                if found_in.is_some() { "; pass --node-name" } else { "" })));
+        }
+        Ok(node_name)
+    }
+
+    /// `bootstrapKubeconfig`, `kubeconfig` and `certDir`, absolute.
+    fn paths(&mut self) -> Result<[PathBuf; 3], ConfigError> {
+        let l = self;
+        Ok([
+            path!(
+                l,
+                "bootstrapKubeconfig",
+                bootstrap_kubeconfig,
+                DEFAULT_BOOTSTRAP_KUBECONFIG
+            ),
+            path!(l, "kubeconfig", kubeconfig, DEFAULT_KUBECONFIG),
+            path!(l, "certDir", cert_dir, DEFAULT_CERT_DIR),
+        ])
+    }
+
+    /// `leaseRenewInterval`, `leaseDuration` and `csrTimeout`.
+    fn lease_timings(&mut self) -> Result<[Duration; 3], ConfigError> {
+        let l = self;
+        Ok([
+            duration!(
+                l,
+                "leaseRenewInterval",
+                lease_renew_interval,
+                DEFAULT_LEASE_RENEW_INTERVAL
+            ),
+            duration!(l, "leaseDuration", lease_duration, DEFAULT_LEASE_DURATION),
+            duration!(l, "csrTimeout", csr_timeout, DEFAULT_CSR_TIMEOUT),
+        ])
+    }
+
+    /// `metricsBindAddress`: an address, or `off` for none.
+    fn metrics_bind_address(&mut self) -> Result<Option<SocketAddr>, ConfigError> {
+        let l = self;
+        let metrics = take!(
+            l,
+            "metricsBindAddress",
+            metrics_bind_address,
+            DEFAULT_METRICS_BIND_ADDRESS.into()
+        );
+        parse_metrics_address(&metrics).map_err(|problem| l.at.bad("metricsBindAddress", problem))
+    }
+
+    /// `nodeIP` and `tlsSAN`, the names a serving certificate asks for.
+    fn serving_names(&mut self) -> Result<(Vec<IpAddr>, Vec<String>), ConfigError> {
+        let l = self;
+        let node_ips = parse_node_ips(&take!(l, "nodeIP", node_ip, Vec::new()))
+            .map_err(|problem| l.at.bad("nodeIP", problem))?;
+        let tls_sans = parse_tls_sans(&take!(l, "tlsSAN", tls_san, Vec::new()))
+            .map_err(|problem| l.at.bad("tlsSAN", problem))?;
+        Ok((node_ips, tls_sans))
+    }
+
+    /// `csrBackoffMin`, `csrBackoffMax` and `csrNotIssuedWarning`.
+    fn csr_timings(&mut self) -> Result<[Duration; 3], ConfigError> {
+        let l = self;
+        Ok([
+            duration!(l, "csrBackoffMin", csr_backoff_min, DEFAULT_CSR_BACKOFF_MIN),
+            duration!(l, "csrBackoffMax", csr_backoff_max, DEFAULT_CSR_BACKOFF_MAX),
+            duration!(
+                l,
+                "csrNotIssuedWarning",
+                csr_not_issued_warning,
+                DEFAULT_CSR_NOT_ISSUED_WARNING
+            ),
+        ])
+    }
+
+    /// `leaseOwnerLookupInterval` and `shutdownGrace`.
+    fn lookup_and_grace(&mut self) -> Result<[Duration; 2], ConfigError> {
+        let l = self;
+        Ok([
+            duration!(
+                l,
+                "leaseOwnerLookupInterval",
+                lease_owner_lookup_interval,
+                DEFAULT_LEASE_OWNER_LOOKUP_INTERVAL
+            ),
+            duration!(l, "shutdownGrace", shutdown_grace, DEFAULT_SHUTDOWN_GRACE),
+        ])
+    }
+
+    /// `keepCertificates` and `allowInsecureKubeconfig`: how the files are kept and trusted.
+    fn cert_files(&mut self) -> (usize, bool) {
+        let l = self;
+        let keep = take!(
+            l,
+            "keepCertificates",
+            keep_certificates,
+            DEFAULT_KEEP_CERTIFICATES
+        );
+        let insecure = take!(
+            l,
+            "allowInsecureKubeconfig",
+            allow_insecure_kubeconfig,
+            DEFAULT_ALLOW_INSECURE_KUBECONFIG
+        );
+        (keep, insecure)
+    }
+
+    /// `rotateCertificates` (the kubelet's, where neither file nor flag sets it),
+    /// `rotationFraction` and `rotationJitter`.
+    fn rotation(&mut self) -> (bool, f64, f64) {
+        let l = self;
+        let kubelet = l.kubelet.rotate_certificates;
+        (
+            take!(
+                l,
+                "rotateCertificates",
+                rotate_certificates,
+                kubelet.unwrap_or(DEFAULT_ROTATE_CERTIFICATES)
+            ),
+            take!(
+                l,
+                "rotationFraction",
+                rotation_fraction,
+                DEFAULT_ROTATION_FRACTION
+            ),
+            take!(
+                l,
+                "rotationJitter",
+                rotation_jitter,
+                DEFAULT_ROTATION_JITTER
+            ),
+        )
+    }
+
+    /// `renewLease` and `leaseHealthProbe` (none by default).
+    fn lease_switches(&mut self) -> (bool, Option<String>) {
+        let l = self;
+        let renew = take!(l, "renewLease", renew_lease, DEFAULT_RENEW_LEASE);
+        let probe = l.at.pick(
+            "leaseHealthProbe",
+            l.flags.lease_health_probe.clone().map(Some),
+            l.file.lease_health_probe.clone().map(Some),
+            None,
+        );
+        (renew, probe)
+    }
+
+    /// `serverTLSBootstrap`: the kubelet's, where neither file nor flag sets it.
+    fn rotate_server_certificates(&mut self) -> bool {
+        let l = self;
+        let kubelet = l.kubelet.server_tls_bootstrap;
+        take!(
+            l,
+            "serverTLSBootstrap",
+            rotate_server_certificates,
+            kubelet.unwrap_or(DEFAULT_ROTATE_SERVER_CERTIFICATES)
+        )
+    }
+
+    /// `verbosity`: `-v` is a count, and 0 means "not given", so the file's level applies.
+    fn verbosity(&mut self) -> u8 {
+        let l = self;
+        l.at.pick(
+            "verbosity",
+            (l.flags.verbose > 0).then_some(l.flags.verbose),
+            l.file.verbosity,
+            DEFAULT_VERBOSITY,
+        )
     }
 }
 
