@@ -431,4 +431,34 @@ mod tests {
         // From half a period on, a wake-up pings instead of the fallback timer.
         assert!(w.due(start + Duration::from_secs(5)));
     }
+
+    #[test]
+    fn a_step_by_hand_marks_ready_once_and_wakes_at_the_expiry() {
+        // By hand (no NOTIFY_SOCKET): no STATUS= line, so nothing ages; READY only logs.
+        let health = Health::new(true);
+        let mut n = Notifier {
+            listening: false,
+            watchdog: None,
+            ready_sent: false,
+            last_status: String::new(),
+        };
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let mut snap = health.subscribe().borrow().clone();
+        let wake = n.step(&snap, &health, now);
+        assert!(!n.ready_sent, "ready without a certificate");
+        assert!(!wake.ages);
+        assert_eq!(wake.expiry, None);
+        snap.cert = Some(health::CertSummary {
+            serial: "01".into(),
+            not_after: now + Duration::from_secs(3600),
+            rotate_at: None,
+        });
+        let wake = n.step(&snap, &health, now);
+        assert!(n.ready_sent);
+        assert_eq!(wake.expiry, Some(Duration::from_secs(3600)));
+        assert_eq!(
+            n.last_status, "",
+            "a STATUS= line kept with nobody listening"
+        );
+    }
 }
