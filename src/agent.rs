@@ -75,82 +75,146 @@ async fn start(settings: Settings, hooks: LeaseHooks) -> Result<(), Error> {
         tokio::spawn(server::serve(listener, endpoints, shutdown.clone()));
     }
     // Installed before bootstrap so an early signal is queued, not fatal.
-    let mut signals = shutdown::stop_signals();
-    let mut hangups = shutdown::hangups();
+    let (signals, hangups) = (shutdown::stop_signals(), shutdown::hangups());
+    let detected = serving_placeholder(&settings);
+    let mut lives = Lives {
+        settings: &settings,
+        health: &health,
+        hooks,
+        detected: &detected,
+        trigger: &trigger,
+        signals,
+        hangups,
+        // Under systemd (NOTIFY_SOCKET), a bootstrap kubeconfig that is not there yet is
+        // waited for; by hand, its absence is the contract's one-line error and a non-zero
+        // exit.
+        under_systemd: std::env::var_os("NOTIFY_SOCKET").is_some(),
+        live: settings.clone(),
+        wait_for_file: None,
+    };
+    let deadline = loop {
+        if let Some(deadline) = lives.step().await? {
+            break deadline;
+        }
+    };
+    let _ = tokio::time::timeout_at(deadline, notifier).await;
+    Ok(())
+}
 
-    // The kubelet may start as soon as READY=1 is sent: with the serving drop-in it needs a
-    // serving certificate file by then, signed or not.
+/// The kubelet may start as soon as READY=1 is sent: with the serving drop-in it needs a
+/// serving certificate file by then, signed or not. Returns the addresses detected for it
+/// (none unless serving certificates are on and `--node-ip` is not given).
+fn serving_placeholder(settings: &Settings) -> Vec<std::net::IpAddr> {
     let detected = if settings.rotate_server_certificates && settings.node_ips.is_empty() {
         sans::default_route_addresses()
     } else {
         Vec::new()
     };
     if settings.rotate_server_certificates {
-        if let Err(e) = serving::ensure_placeholder(&settings, &detected) {
+        if let Err(e) = serving::ensure_placeholder(settings, &detected) {
             tracing::warn!(error = %e, "cannot write a placeholder serving certificate; the kubelet may not start until the first one is issued");
         }
     }
-    // Under systemd (NOTIFY_SOCKET), a bootstrap kubeconfig that is not there yet is waited
-    // for; by hand, its absence is the contract's one-line error and a non-zero exit.
-    let under_systemd = std::env::var_os("NOTIFY_SOCKET").is_some();
-    let mut live = settings.clone();
-    // Why the next life waits before bootstrapping: a missing bootstrap kubeconfig, or
-    // one older than a `kubeadm reset` (the old join's).
-    let mut wait_for_file: Option<Option<SystemTime>> = None;
-    let deadline = loop {
-        // The keys shared with the kubelet are read again once a join wrote its files.
-        let life_settings = match wait_for_file {
-            None => settings.clone(),
-            Some(newer_than) => {
-                let waited = async {
-                    await_bootstrap(&settings.bootstrap_kubeconfig, newer_than, &health).await;
-                    await_kubeadm_flags(&settings.bootstrap_kubeconfig).await;
-                };
-                tokio::select! {
-                    () = waited => {},
-                    sig = signals.recv() => break stopping(sig, &trigger, live.shutdown_grace),
-                }
-                with_kubelet_view(&settings)
-            }
+    detected
+}
+
+/// The lives of the node's identity, one after another (a `kubeadm reset` ends one), until
+/// a stop signal: the state [`start`] steps through.
+struct Lives<'a> {
+    /// The settings as started: each life begins from them.
+    settings: &'a Settings,
+    health: &'a Health,
+    hooks: LeaseHooks,
+    detected: &'a [std::net::IpAddr],
+    trigger: &'a shutdown::Trigger,
+    signals: shutdown::StopSignals,
+    hangups: Option<tokio::signal::unix::Signal>,
+    under_systemd: bool,
+    /// The settings running now: a life's, as SIGHUP changed them.
+    live: Settings,
+    /// Why the next life waits before bootstrapping: a missing bootstrap kubeconfig
+    /// (`Some(None)`), or one older than a `kubeadm reset` (the old join's).
+    wait_for_file: Option<Option<SystemTime>>,
+}
+
+// === impl Lives ===
+
+impl Lives<'_> {
+    /// One life: its settings, bootstrap, then [`Life::serve`] until it ends. `Some` is the
+    /// deadline for in-flight work after a stop signal; `None`, that another life follows.
+    async fn step(&mut self) -> Result<Option<Instant>, Error> {
+        let life_settings = match self.next_settings().await {
+            Ok(settings) => settings,
+            Err(deadline) => return Ok(Some(deadline)),
         };
-        let bootstrap = Bootstrap::new(&life_settings, health.clone(), ClientOptions::default());
+        let bootstrap = Bootstrap::new(
+            &life_settings,
+            self.health.clone(),
+            ClientOptions::default(),
+        );
         let span = tracing::info_span!("bootstrap", node = %life_settings.node_name);
         let creds = tokio::select! {
             creds = bootstrap.run().instrument(span) => creds,
-            sig = signals.recv() => break stopping(sig, &trigger, live.shutdown_grace),
+            sig = self.signals.recv() => return Ok(Some(self.stopping(sig))),
         };
         let creds = match creds {
             Ok(creds) => creds,
             Err(BootstrapError::NoBootstrap {
                 source: KubeconfigError::Missing { .. },
                 ..
-            }) if under_systemd && wait_for_file.is_none() => {
-                wait_for_file = Some(None);
-                continue;
+            }) if self.under_systemd && self.wait_for_file.is_none() => {
+                self.wait_for_file = Some(None);
+                return Ok(None);
             }
             Err(e) => return Err(e.into()),
         };
-        live = life_settings.clone();
+        self.live = life_settings.clone();
         let life = Life {
             settings: &life_settings,
             bootstrap: &bootstrap,
-            health: &health,
-            hooks,
-            detected: &detected,
+            health: self.health,
+            hooks: self.hooks,
+            detected: self.detected,
         };
+        let (live, signals, hangups) = (&mut self.live, &mut self.signals, &mut self.hangups);
         match life
-            .serve(creds, &mut live, &mut signals, &mut hangups, &trigger)
+            .serve(creds, live, signals, hangups, self.trigger)
             .await
         {
-            Ended::Stopped(deadline) => break deadline,
+            Ended::Stopped(deadline) => Ok(Some(deadline)),
             // Compared with the next bootstrap kubeconfig's mtime, which the kernel
             // stamps from the system clock: not the (test-steppable) wall clock.
             #[allow(clippy::disallowed_methods)]
-            Ended::Reset => wait_for_file = Some(Some(SystemTime::now())),
+            Ended::Reset => {
+                self.wait_for_file = Some(Some(SystemTime::now()));
+                Ok(None)
+            }
         }
-    };
-    let _ = tokio::time::timeout_at(deadline, notifier).await;
-    Ok(())
+    }
+
+    /// The next life's settings: as started, or, once the awaited bootstrap kubeconfig is
+    /// there, with the keys shared with the kubelet read again (a join just wrote them).
+    /// `Err` is the stop deadline when a signal comes first.
+    async fn next_settings(&mut self) -> Result<Settings, Instant> {
+        let Some(newer_than) = self.wait_for_file else {
+            return Ok(self.settings.clone());
+        };
+        let (settings, health) = (self.settings, self.health);
+        let waited = async {
+            await_bootstrap(&settings.bootstrap_kubeconfig, newer_than, health).await;
+            await_kubeadm_flags(&settings.bootstrap_kubeconfig).await;
+        };
+        tokio::select! {
+            () = waited => {},
+            sig = self.signals.recv() => return Err(self.stopping(sig)),
+        }
+        Ok(with_kubelet_view(settings))
+    }
+
+    /// [`stopping`] with the running grace period.
+    fn stopping(&self, why: &'static str) -> Instant {
+        stopping(why, self.trigger, self.live.shutdown_grace)
+    }
 }
 
 /// `settings` with the keys it shares with the kubelet read again from the kubelet's files
@@ -207,13 +271,7 @@ impl Life<'_> {
         hangups: &mut Option<tokio::signal::unix::Signal>,
         trigger: &shutdown::Trigger,
     ) -> Ended {
-        let Life {
-            settings,
-            bootstrap,
-            health,
-            hooks,
-            detected,
-        } = self;
+        let (settings, health) = (self.settings, self.health);
         tracing::info!(
             node = %settings.node_name,
             serial = %creds.cert.serial,
@@ -224,11 +282,12 @@ impl Life<'_> {
         let (end, ending) = shutdown::channel();
         // Every loop uses the newest client; rotation publishes a new one here.
         let (clients_tx, clients) = watch::channel(creds.client.clone());
-        let mut lease = LeaseTask::start(live, &clients, health, hooks);
-        let serving = spawn_serving(settings, health, &clients, &creds.ca_pem, detected, &ending);
+        let mut lease = LeaseTask::start(live, &clients, health, self.hooks);
+        let ca_pem = &creds.ca_pem;
+        let serving = spawn_serving(settings, health, &clients, ca_pem, self.detected, &ending);
         let rotation = Rotation {
             settings,
-            bootstrap,
+            bootstrap: self.bootstrap,
             health: health.clone(),
             clients: clients_tx,
         };
@@ -246,7 +305,7 @@ impl Life<'_> {
                     break Ended::Reset;
                 }
                 () = &mut rotating, if !rotation_done => rotation_done = true,
-                Some(()) = recv(hangups) => lease = reload(live, lease, &clients, health, hooks).await,
+                Some(()) = recv(hangups) => lease = reload(live, lease, &clients, health, self.hooks).await,
             }
         };
         // In-flight work (a Lease write, a certificate install) finishes within the grace
@@ -515,6 +574,8 @@ async fn reload(
     lease
 }
 
+/// One reload's changes applied, by [`reload`]'s policy; returns the Lease loop that runs
+/// from now on.
 async fn apply(
     live: &mut Settings,
     new: Settings,
@@ -523,20 +584,7 @@ async fn apply(
     health: &Health,
     hooks: LeaseHooks,
 ) -> Option<LeaseTask> {
-    let mut applied = Vec::new();
-    if new.verbosity != live.verbosity {
-        if telemetry::set_verbosity(new.verbosity) {
-            applied.push(format!("verbosity={}", new.verbosity));
-        } else {
-            tracing::warn!("verbosity changed, but RUST_LOG sets the log level; unchanged");
-        }
-    }
-    if new.shutdown_grace != live.shutdown_grace {
-        applied.push(format!(
-            "shutdownGrace={}",
-            format_duration(new.shutdown_grace)
-        ));
-    }
+    let mut applied = apply_live(live, &new);
     let changed = reload::changed(live, &new);
     // What runs from now on: the running settings with only the reloadable changes. A
     // restart-only key (nodeName, certDir, ...) keeps its running value everywhere, the
@@ -561,6 +609,41 @@ async fn apply(
     } else {
         lease
     };
+    warn_restart_only(&changed);
+    let applied = if applied.is_empty() {
+        "nothing".to_string()
+    } else {
+        applied.join(", ")
+    };
+    tracing::info!(%applied, "configuration reloaded");
+    // The settings that need a restart stay as they run, so the warning repeats until then.
+    *live = new;
+    lease
+}
+
+/// The `Live` changes from `live` to `new`, applied at once (the log level; shutdownGrace
+/// is read where it is used), in words for the reload's log line.
+fn apply_live(live: &Settings, new: &Settings) -> Vec<String> {
+    let mut applied = Vec::new();
+    if new.verbosity != live.verbosity {
+        if telemetry::set_verbosity(new.verbosity) {
+            applied.push(format!("verbosity={}", new.verbosity));
+        } else {
+            tracing::warn!("verbosity changed, but RUST_LOG sets the log level; unchanged");
+        }
+    }
+    if new.shutdown_grace != live.shutdown_grace {
+        applied.push(format!(
+            "shutdownGrace={}",
+            format_duration(new.shutdown_grace)
+        ));
+    }
+    applied
+}
+
+/// Warns of the `changed` keys that apply only after a restart: they keep running as they
+/// are, so the warning repeats on every reload until then.
+fn warn_restart_only(changed: &[(&'static str, Reload)]) {
     let restart: Vec<&str> = changed
         .iter()
         .filter(|(_, p)| *p == Reload::Restart)
@@ -572,13 +655,4 @@ async fn apply(
             "changed in the configuration but only applied after a restart (systemctl restart bootlet)"
         );
     }
-    let applied = if applied.is_empty() {
-        "nothing".to_string()
-    } else {
-        applied.join(", ")
-    };
-    tracing::info!(%applied, "configuration reloaded");
-    // The settings that need a restart stay as they run, so the warning repeats until then.
-    *live = new;
-    lease
 }

@@ -50,7 +50,7 @@ use crate::metrics::METRICS;
 mod lease;
 mod sender;
 
-use sender::{BodyError, Sender};
+use sender::{Body, BodyError, Sender};
 
 /// The media type of JSON bodies, sent and asked for.
 const JSON: &str = "application/json";
@@ -190,19 +190,8 @@ impl Connection {
         let body = body.map(|(bytes, media_type)| (Bytes::from(bytes), media_type));
         // Taken for the exchange and put back only once it completed: an error or a
         // cancelled exchange leaves no half-used connection behind.
-        let mut reused = self.sender.take();
-        if let Some(sender) = reused.as_mut() {
-            if !sender.ready().await {
-                // Closed since the last exchange (the server's idle timeout, a GOAWAY):
-                // nothing was sent on it, so a new connection is safe for any request.
-                reused = None;
-            }
-        }
-        let mut fresh = reused.is_none();
-        let mut sender = match reused {
-            Some(sender) => sender,
-            None => self.connect(target, method, path).await?,
-        };
+        let reused = self.sender.take();
+        let (mut sender, mut fresh) = self.reuse_or_connect(reused, target, method, path).await?;
         let (head, body) = loop {
             let request = self
                 .request(target, sender.version(), method, path, body.clone(), accept)
@@ -235,20 +224,20 @@ impl Connection {
             }
         };
         METRICS.api_request(method.as_str(), Some(head.status));
-        let limit = self.client.inner.opts.max_body;
-        let bytes = match body.collect(limit).await {
-            Ok(bytes) => bytes,
-            Err(BodyError::TooLarge) => {
-                return Err(Error::TooLarge {
-                    method: method.clone(),
-                    path: path.to_string(),
-                    limit,
-                })
-            }
-            Err(BodyError::Transport(e)) => return Err(self.client.transport(method, path, e)),
-        };
+        let bytes = self.collect(method, path, body).await?;
         self.sender = Some(sender);
         self.client.observe_date(head.headers.get(DATE));
+        self.verdict(method, path, head, bytes)
+    }
+
+    /// A 2xx answer's headers and body, or any other status as the refusal it is.
+    fn verdict(
+        &self,
+        method: &Method,
+        path: &str,
+        head: http::response::Parts,
+        bytes: Bytes,
+    ) -> Result<(HeaderMap, Bytes), Error> {
         if head.status.is_success() {
             Ok((head.headers, bytes))
         } else {
@@ -257,6 +246,42 @@ impl Connection {
             Err(self
                 .client
                 .refusal(method.clone(), path, head.status, retry, location, &bytes))
+        }
+    }
+
+    /// The connection an exchange goes on: `reused` if it is still open, else a new one.
+    /// `true` with a new one (a reused one failing unanswered may be replaced once).
+    async fn reuse_or_connect(
+        &self,
+        mut reused: Option<Sender>,
+        target: &Target,
+        method: &Method,
+        path: &str,
+    ) -> Result<(Sender, bool), Error> {
+        if let Some(sender) = reused.as_mut() {
+            if !sender.ready().await {
+                // Closed since the last exchange (the server's idle timeout, a GOAWAY):
+                // nothing was sent on it, so a new connection is safe for any request.
+                reused = None;
+            }
+        }
+        match reused {
+            Some(sender) => Ok((sender, false)),
+            None => Ok((self.connect(target, method, path).await?, true)),
+        }
+    }
+
+    /// An answer's whole body, refused past the client's `max_body` bytes.
+    async fn collect(&self, method: &Method, path: &str, body: Body) -> Result<Bytes, Error> {
+        let limit = self.client.inner.opts.max_body;
+        match body.collect(limit).await {
+            Ok(bytes) => Ok(bytes),
+            Err(BodyError::TooLarge) => Err(Error::TooLarge {
+                method: method.clone(),
+                path: path.to_string(),
+                limit,
+            }),
+            Err(BodyError::Transport(e)) => Err(self.client.transport(method, path, e)),
         }
     }
 

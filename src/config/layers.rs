@@ -1,12 +1,15 @@
 //! The layering itself: consts <- file <- flags into [`Settings`], remembering where each
 //! value came from so that validation errors name the flag or the file and key.
 
-use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use super::*;
+
+mod layering;
+
+use layering::{Layering, Layers};
 
 // === impl Settings ===
 
@@ -35,177 +38,110 @@ impl Settings {
     }
 
     /// Merges without range checks; the [`Layers`] say where each key's value came from.
+    /// The keys whose layering can fail are layered first, in this order, which decides the
+    /// error reported when several are wrong.
     pub(super) fn layer<'a>(
         file: Option<(&'a Path, &FileConfig)>,
         flags: &Flags,
         kubelet: &KubeletView,
     ) -> Result<(Settings, Layers<'a>), ConfigError> {
-        let mut at = Layers {
-            file: file.map(|(p, _)| p),
-            origins: BTreeMap::new(),
-        };
-        let f = file.map(|(_, f)| f.clone()).unwrap_or_default();
-        let fl = flags;
-        // Picks flag, else file, else default, and records where the value came from.
-        macro_rules! take {
-            ($key:literal, $field:ident, $default:expr) => {
-                at.pick($key, fl.$field.clone(), f.$field.clone(), $default)
-            };
-        }
-        macro_rules! duration {
-            ($key:literal, $field:ident, $default:expr) => {
-                at.duration($key, fl.$field, f.$field.as_deref(), $default)?
-            };
-        }
-        macro_rules! path {
-            ($key:literal, $field:ident, $default:expr) => {{
-                let p = take!($key, $field, PathBuf::from($default));
-                at.absolute($key, p)?
-            }};
-        }
-        let typed = take!("nodeName", node_name, String::new());
-        // Where a name nobody typed into bootlet's config came from, for the error.
-        let (node_name, found_in) = match at.of("nodeName") {
-            Origin::Default { .. } => match &kubelet.node_name {
-                Some(name) => (name.clone(), Some("the kubelet's --hostname-override ")),
-                None => (
-                    hostname().map_err(|source| ConfigError::Hostname { source })?,
-                    Some("host name "),
-                ),
-            },
-            _ => (typed.to_lowercase(), None),
-        };
-        // Checked here, where what the operator typed is at hand: the error quotes it, not
-        // the lower-cased value the check saw.
-        if !is_dns1123_subdomain(&node_name) {
-            return Err(at.bad("nodeName", format!(
-                "{}{:?} is not a valid node name (lower-case letters, digits, '-' and '.', at most 253){}",
-                found_in.unwrap_or(""),
-                if found_in.is_some() { &node_name } else { &typed },
-                if found_in.is_some() { "; pass --node-name" } else { "" })));
-        }
-        let metrics = take!(
-            "metricsBindAddress",
-            metrics_bind_address,
-            DEFAULT_METRICS_BIND_ADDRESS.into()
-        );
+        let mut l = Layering::new(file, flags, kubelet);
+        let node_name = l.node_name()?;
+        let [bootstrap_kubeconfig, kubeconfig, cert_dir] = l.paths()?;
+        let [lease_renew_interval, lease_duration, csr_timeout] = l.lease_timings()?;
+        let metrics_bind_address = l.metrics_bind_address()?;
+        let (node_ips, tls_sans) = l.serving_names()?;
+        let [csr_backoff_min, csr_backoff_max, csr_not_issued_warning] = l.csr_timings()?;
+        let [lease_owner_lookup_interval, shutdown_grace] = l.lookup_and_grace()?;
+        let (rotate_certificates, rotation_fraction, rotation_jitter) = l.rotation();
+        let (renew_lease, lease_health_probe) = l.lease_switches();
+        let (keep_certificates, allow_insecure_kubeconfig) = l.cert_files();
+        let (log_format, verbosity) = l.logging();
         let s = Settings {
-            bootstrap_kubeconfig: path!(
-                "bootstrapKubeconfig",
-                bootstrap_kubeconfig,
-                DEFAULT_BOOTSTRAP_KUBECONFIG
-            ),
-            kubeconfig: path!("kubeconfig", kubeconfig, DEFAULT_KUBECONFIG),
-            cert_dir: path!("certDir", cert_dir, DEFAULT_CERT_DIR),
+            bootstrap_kubeconfig,
+            kubeconfig,
+            cert_dir,
             node_name,
-            rotate_certificates: take!(
-                "rotateCertificates",
-                rotate_certificates,
-                kubelet
-                    .rotate_certificates
-                    .unwrap_or(DEFAULT_ROTATE_CERTIFICATES)
-            ),
-            rotation_fraction: take!(
-                "rotationFraction",
-                rotation_fraction,
-                DEFAULT_ROTATION_FRACTION
-            ),
-            rotation_jitter: take!("rotationJitter", rotation_jitter, DEFAULT_ROTATION_JITTER),
-            renew_lease: take!("renewLease", renew_lease, DEFAULT_RENEW_LEASE),
-            lease_health_probe: at.pick(
-                "leaseHealthProbe",
-                fl.lease_health_probe.clone().map(Some),
-                f.lease_health_probe.clone().map(Some),
-                None,
-            ),
-            lease_renew_interval: duration!(
-                "leaseRenewInterval",
-                lease_renew_interval,
-                DEFAULT_LEASE_RENEW_INTERVAL
-            ),
-            lease_duration: duration!("leaseDuration", lease_duration, DEFAULT_LEASE_DURATION),
-            csr_timeout: duration!("csrTimeout", csr_timeout, DEFAULT_CSR_TIMEOUT),
-            metrics_bind_address: parse_metrics_address(&metrics)
-                .map_err(|problem| at.bad("metricsBindAddress", problem))?,
-            rotate_server_certificates: take!(
-                "serverTLSBootstrap",
-                rotate_server_certificates,
-                kubelet
-                    .server_tls_bootstrap
-                    .unwrap_or(DEFAULT_ROTATE_SERVER_CERTIFICATES)
-            ),
-            node_ips: parse_node_ips(&take!("nodeIP", node_ip, Vec::new()))
-                .map_err(|problem| at.bad("nodeIP", problem))?,
-            tls_sans: parse_tls_sans(&take!("tlsSAN", tls_san, Vec::new()))
-                .map_err(|problem| at.bad("tlsSAN", problem))?,
-            keep_certificates: take!(
-                "keepCertificates",
-                keep_certificates,
-                DEFAULT_KEEP_CERTIFICATES
-            ),
-            allow_insecure_kubeconfig: take!(
-                "allowInsecureKubeconfig",
-                allow_insecure_kubeconfig,
-                DEFAULT_ALLOW_INSECURE_KUBECONFIG
-            ),
-            csr_backoff_min: duration!("csrBackoffMin", csr_backoff_min, DEFAULT_CSR_BACKOFF_MIN),
-            csr_backoff_max: duration!("csrBackoffMax", csr_backoff_max, DEFAULT_CSR_BACKOFF_MAX),
-            csr_not_issued_warning: duration!(
-                "csrNotIssuedWarning",
-                csr_not_issued_warning,
-                DEFAULT_CSR_NOT_ISSUED_WARNING
-            ),
-            lease_owner_lookup_interval: duration!(
-                "leaseOwnerLookupInterval",
-                lease_owner_lookup_interval,
-                DEFAULT_LEASE_OWNER_LOOKUP_INTERVAL
-            ),
-            shutdown_grace: duration!("shutdownGrace", shutdown_grace, DEFAULT_SHUTDOWN_GRACE),
-            log_format: take!("logFormat", log_format, DEFAULT_LOG_FORMAT),
-            // -v is a count: 0 means "not given", so the file's level applies.
-            verbosity: at.pick(
-                "verbosity",
-                (fl.verbose > 0).then_some(fl.verbose),
-                f.verbosity,
-                DEFAULT_VERBOSITY,
-            ),
+            rotate_certificates,
+            rotation_fraction,
+            rotation_jitter,
+            renew_lease,
+            lease_health_probe,
+            lease_renew_interval,
+            lease_duration,
+            csr_timeout,
+            metrics_bind_address,
+            rotate_server_certificates: l.rotate_server_certificates(),
+            node_ips,
+            tls_sans,
+            keep_certificates,
+            allow_insecure_kubeconfig,
+            csr_backoff_min,
+            csr_backoff_max,
+            csr_not_issued_warning,
+            lease_owner_lookup_interval,
+            shutdown_grace,
+            log_format,
+            verbosity,
         };
-        Ok((s, at))
+        Ok((s, l.into_layers()))
     }
 
     /// The cross-field and range checks, once, after layering. Every duration has a floor
-    /// and a cap, so no sum, product or `Instant` made from one can overflow.
+    /// and a cap, so no sum, product or `Instant` made from one can overflow. The checks run
+    /// in this order; the first to fail names its key.
     fn validate(&self, at: &Layers<'_>, renew_floor: Duration) -> Result<(), ConfigError> {
+        self.check_rotation()
+            .and_then(|()| self.check_probe())
+            .and_then(|()| self.check_ranges(renew_floor))
+            .and_then(|()| self.check_lease_timing(at))
+            .and_then(|()| self.check_csr_backoff(at))
+            .and_then(|()| self.check_keep())
+            .map_err(|(key, problem)| at.bad(key, problem))
+    }
+
+    /// `rotationFraction` and `rotationJitter`, alone and as a window inside (0, 1).
+    fn check_rotation(&self) -> Result<(), Problem> {
         let s = self;
-        let fail = |key: &'static str, problem: String| Err(at.bad(key, problem));
         if !(s.rotation_fraction > 0.0 && s.rotation_fraction < 1.0) {
-            return fail(
+            return Err((
                 "rotationFraction",
                 format!("must be between 0 and 1, got {}", s.rotation_fraction),
-            );
+            ));
         }
         if s.rotation_jitter.is_nan() || s.rotation_jitter < 0.0 {
-            return fail(
+            return Err((
                 "rotationJitter",
                 format!("must be 0 or more, got {}", s.rotation_jitter),
-            );
+            ));
         }
         let (lo, hi) = (
             s.rotation_fraction - s.rotation_jitter,
             s.rotation_fraction + s.rotation_jitter,
         );
         if !(lo > 0.0 && hi < 1.0) {
-            return fail(
+            return Err((
                 "rotationJitter",
                 format!(
                     "rotation window [{lo}, {hi}] (fraction {} ± jitter {}) must lie inside (0, 1)",
                     s.rotation_fraction, s.rotation_jitter
                 ),
-            );
+            ));
         }
-        if let Some(Err(problem)) = s.lease_health_probe.as_deref().map(check_probe_url) {
-            return fail("leaseHealthProbe", problem);
+        Ok(())
+    }
+
+    /// `leaseHealthProbe`, when set, is a URL the probe can use.
+    fn check_probe(&self) -> Result<(), Problem> {
+        match self.lease_health_probe.as_deref().map(check_probe_url) {
+            Some(Err(problem)) => Err(("leaseHealthProbe", problem)),
+            _ => Ok(()),
         }
+    }
+
+    /// Every duration within its floor and cap, in the table's order.
+    fn check_ranges(&self, renew_floor: Duration) -> Result<(), Problem> {
+        let s = self;
         for (key, value, min, max) in [
             (
                 "leaseRenewInterval",
@@ -241,21 +177,25 @@ impl Settings {
                 MAX_SHUTDOWN_GRACE,
             ),
         ] {
-            if let Err(problem) = within(value, min, max) {
-                return fail(key, problem);
-            }
+            within(value, min, max).map_err(|problem| (key, problem))?;
         }
+        Ok(())
+    }
+
+    /// `leaseDuration` is whole seconds (the Lease field is) and outlasts the renew interval.
+    fn check_lease_timing(&self, at: &Layers<'_>) -> Result<(), Problem> {
+        let s = self;
         if s.lease_duration.subsec_nanos() != 0 {
-            return fail(
+            return Err((
                 "leaseDuration",
                 format!(
                     "must be whole seconds (spec.leaseDurationSeconds), got {}",
                     format_duration(s.lease_duration)
                 ),
-            );
+            ));
         }
         if s.lease_duration <= s.lease_renew_interval {
-            return fail(
+            return Err((
                 "leaseDuration",
                 format!(
                     "must be longer than the lease renew interval ({}, from {}), got {}",
@@ -263,10 +203,16 @@ impl Settings {
                     at.of("leaseRenewInterval"),
                     format_duration(s.lease_duration)
                 ),
-            );
+            ));
         }
+        Ok(())
+    }
+
+    /// `csrBackoffMax` is at least `csrBackoffMin`.
+    fn check_csr_backoff(&self, at: &Layers<'_>) -> Result<(), Problem> {
+        let s = self;
         if s.csr_backoff_max < s.csr_backoff_min {
-            return fail(
+            return Err((
                 "csrBackoffMax",
                 format!(
                     "must be at least the CSR backoff minimum ({}, from {}), got {}",
@@ -274,14 +220,22 @@ impl Settings {
                     at.of("csrBackoffMin"),
                     format_duration(s.csr_backoff_max)
                 ),
-            );
-        }
-        if s.keep_certificates == 0 {
-            return fail("keepCertificates", "must be at least 1".into());
+            ));
         }
         Ok(())
     }
+
+    /// `keepCertificates` keeps at least the current one.
+    fn check_keep(&self) -> Result<(), Problem> {
+        match self.keep_certificates {
+            0 => Err(("keepCertificates", "must be at least 1".into())),
+            _ => Ok(()),
+        }
+    }
 }
+
+/// A failed check: the key it names and the problem in words.
+type Problem = (&'static str, String);
 
 /// The floor of a duration that must not be zero.
 const POSITIVE: Duration = Duration::from_nanos(1);
@@ -400,78 +354,5 @@ fn check_probe_url(s: &str) -> Result<(), String> {
              URL, e.g. http://127.0.0.1:10248/healthz"
         )),
         _ => Err(format!("invalid URL {s:?} (use http://HOST:PORT/PATH)")),
-    }
-}
-
-/// Where each key's value came from: the flag, the file, or the default.
-pub(super) struct Layers<'a> {
-    file: Option<&'a Path>,
-    pub(super) origins: BTreeMap<&'static str, Origin>,
-}
-
-// === impl Layers ===
-
-impl Layers<'_> {
-    fn pick<T>(&mut self, key: &'static str, flag: Option<T>, file: Option<T>, default: T) -> T {
-        let (value, origin) = match (flag, file) {
-            (Some(v), _) => (v, Origin::Flag { key }),
-            (None, Some(v)) => (v, self.file_origin(key)),
-            (None, None) => (default, Origin::Default { key }),
-        };
-        self.origins.insert(key, origin);
-        value
-    }
-
-    fn duration(
-        &mut self,
-        key: &'static str,
-        flag: Option<Duration>,
-        file: Option<&str>,
-        default: Duration,
-    ) -> Result<Duration, ConfigError> {
-        let file = file
-            .map(parse_duration)
-            .transpose()
-            .map_err(|e| ConfigError::Invalid {
-                origin: self.file_origin(key),
-                problem: e.to_string(),
-            })?;
-        Ok(self.pick(key, flag, file, default))
-    }
-
-    /// Makes a picked path absolute: a relative path from the file is anchored at the
-    /// file's folder, any other at the working directory.
-    fn absolute(&self, key: &'static str, path: PathBuf) -> Result<PathBuf, ConfigError> {
-        let anchored = match (self.of(key), self.file) {
-            (Origin::File { .. }, Some(cfg)) if path.is_relative() => {
-                cfg.parent().unwrap_or(Path::new("")).join(&path)
-            }
-            _ => path,
-        };
-        std::path::absolute(&anchored).map_err(|_| self.bad(key, "must not be empty".into()))
-    }
-
-    fn file_origin(&self, key: &'static str) -> Origin {
-        match self.file {
-            Some(path) => Origin::File {
-                path: path.to_owned(),
-                key,
-            },
-            None => Origin::Default { key },
-        }
-    }
-
-    fn of(&self, key: &'static str) -> Origin {
-        self.origins
-            .get(key)
-            .cloned()
-            .unwrap_or(Origin::Default { key })
-    }
-
-    fn bad(&self, key: &'static str, problem: String) -> ConfigError {
-        ConfigError::Invalid {
-            origin: self.of(key),
-            problem,
-        }
     }
 }

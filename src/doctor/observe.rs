@@ -199,7 +199,40 @@ pub struct KubeletObs {
 /// The files: bootstrap kubeconfig, installed certificate, kubelet kubeconfig, machine id,
 /// the kubelet's unit.
 fn local(s: &Settings, obs: &mut Observations) {
-    obs.kubelet = kubelet::command_line().map(|argv| {
+    obs.kubelet = kubelet_unit();
+    let bootstrap = kubeconfig::read(&s.bootstrap_kubeconfig, s.allow_insecure_kubeconfig);
+    let kubelet = kubeconfig::read(&s.kubeconfig, s.allow_insecure_kubeconfig).ok();
+    let own_cluster = kubelet.or_else(|| bootstrap.as_ref().ok().cloned());
+    obs.machine_id = std::fs::read_to_string("/etc/machine-id")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty());
+    obs.cert = installed_cert(s, own_cluster.as_ref());
+    let cert_ok = matches!(
+        obs.cert,
+        CertObs::Checked {
+            verdict: Ok(()),
+            ..
+        }
+    );
+    if let (true, Some(cluster), CertObs::Checked { info: Some(i), .. }) =
+        (cert_ok, &own_cluster, &obs.cert)
+    {
+        obs.using = Using::ClientCert {
+            subject: i.subject_cn.clone(),
+            serial: i.serial.clone(),
+        };
+        obs.cluster = Some(cluster.clone());
+    } else if let Ok(b) = &bootstrap {
+        use_bootstrap(obs, b);
+    }
+    obs.bootstrap = Some(bootstrap);
+}
+
+/// What `kubelet.service` would start, with `rotateCertificates` from the file its
+/// `--config` names (or the standard one).
+fn kubelet_unit() -> Option<KubeletObs> {
+    kubelet::command_line().map(|argv| {
         let mut files = crate::config::KubeletFiles::default();
         if let Some(config) = kubelet::flag(&argv, "config").filter(|c| !c.is_empty()) {
             files.config = config.into();
@@ -208,17 +241,15 @@ fn local(s: &Settings, obs: &mut Observations) {
             rotate_in_config: files.view().rotate_certificates,
             argv,
         }
-    });
-    let bootstrap = kubeconfig::read(&s.bootstrap_kubeconfig, s.allow_insecure_kubeconfig);
-    let kubelet = kubeconfig::read(&s.kubeconfig, s.allow_insecure_kubeconfig).ok();
-    let own_cluster = kubelet.or_else(|| bootstrap.as_ref().ok().cloned());
-    obs.machine_id = std::fs::read_to_string("/etc/machine-id")
-        .ok()
-        .map(|s| s.trim().to_string())
-        .filter(|s| !s.is_empty());
+    })
+}
+
+/// The installed certificate, checked offline as the daemon checks it at start against
+/// the CA of `own_cluster` (the kubelet kubeconfig's, else the bootstrap one's).
+fn installed_cert(s: &Settings, own_cluster: Option<&ClusterAccess>) -> CertObs {
     let dir = CertDir::peek(&s.cert_dir);
     let path = dir.current_path();
-    obs.cert = match dir.read_current() {
+    match dir.read_current() {
         Ok(None) => CertObs::Absent,
         Err(e) => CertObs::Unreadable {
             path,
@@ -228,7 +259,7 @@ fn local(s: &Settings, obs: &mut Observations) {
             let info = pki::parse_cert_chain(&chain)
                 .ok()
                 .and_then(|c| c.into_iter().next().map(|(i, _)| Box::new(i)));
-            let ca = own_cluster.as_ref().map(|c| c.ca_pem.clone());
+            let ca = own_cluster.map(|c| c.ca_pem.clone());
             let checked =
                 check_installed_offline(chain, key, &s.node_name, &ca.unwrap_or_default());
             let (verdict, other_ca) = match checked {
@@ -249,26 +280,7 @@ fn local(s: &Settings, obs: &mut Observations) {
                 other_ca,
             }
         }
-    };
-    let cert_ok = matches!(
-        obs.cert,
-        CertObs::Checked {
-            verdict: Ok(()),
-            ..
-        }
-    );
-    if let (true, Some(cluster), CertObs::Checked { info: Some(i), .. }) =
-        (cert_ok, &own_cluster, &obs.cert)
-    {
-        obs.using = Using::ClientCert {
-            subject: i.subject_cn.clone(),
-            serial: i.serial.clone(),
-        };
-        obs.cluster = Some(cluster.clone());
-    } else if let Ok(b) = &bootstrap {
-        use_bootstrap(obs, b);
     }
-    obs.bootstrap = Some(bootstrap);
 }
 
 /// The bootstrap kubeconfig's credential and cluster, as the daemon falls back to them.
@@ -356,35 +368,7 @@ fn credential_for(s: &Settings, obs: &Observations) -> Credential {
 /// TCP, TLS, the proof of a certificate from another CA, then every API observation
 /// concurrently, each bounded by its own timeout.
 async fn network(s: &Settings, cluster: &ClusterAccess, obs: &mut Observations) {
-    let net = &mut obs.net;
-    let tcp = tls::connect(&cluster.server, CONNECT_TIMEOUT).await;
-    let stream = match tcp {
-        Ok(stream) => {
-            net.tcp = Some(Ok(()));
-            stream
-        }
-        Err(e) => {
-            net.tcp = Some(Err(e));
-            return;
-        }
-    };
-    let session =
-        match tls::handshake(stream, &cluster.server, &cluster.ca_pem, HANDSHAKE_TIMEOUT).await {
-            Ok(session) => {
-                net.tls = Some(Ok(()));
-                session
-            }
-            Err(e) => {
-                net.tls = Some(Err(e));
-                return;
-            }
-        };
-    // One HTTP round trip before any API request: a server that completes TLS and then
-    // hangs is named here, and the requests that would only hang too are not sent.
-    let answered = http::livez(session, &cluster.server.url, ROUND_TRIP_TIMEOUT).await;
-    let answered_ok = answered.is_ok();
-    net.http = Some(answered);
-    if !answered_ok {
+    if !reach(cluster, &mut obs.net).await {
         return;
     }
     let opts = ClientOptions {
@@ -403,54 +387,98 @@ async fn network(s: &Settings, cluster: &ClusterAccess, obs: &mut Observations) 
     let Some(cluster) = obs.cluster.clone() else {
         return;
     };
-    let net = &mut obs.net;
     // kube-apiserver answers a 401 over HTTP/2 with `Connection: close` and a GOAWAY (its
     // UnauthenticatedHTTP2DOSMitigation): a request sent on that connection just after it
     // fails. With a dead token every request is a 401, so the two answers that decide checks
     // before authentication does — the `Date` for clock-skew and the SelfSubjectReview —
     // each get a client of their own (a connection pool of their own).
     let new = || ApiClient::new(&cluster.server, &cluster.ca_pem, &credential, opts.clone());
-    let (Ok(client), Ok(clock), Ok(reviewer)) = (new(), new(), new()) else {
+    let (Ok(main), Ok(clock), Ok(reviewer)) = (new(), new(), new()) else {
         return;
     };
-    let token_client =
+    let token =
         bootstrap.and_then(|b| ApiClient::new(&b.server, &b.ca_pem, &b.credential, opts).ok());
+    let clients = Clients {
+        main,
+        clock,
+        reviewer,
+        token,
+    };
+    ask(s, &clients, cert, &mut obs.net).await;
+}
+
+/// TCP, TLS and one HTTP round trip to the server, each recorded in `net`; true when all
+/// three worked. The round trip comes before any API request: a server that completes TLS
+/// and then hangs is named here, and the requests that would only hang too are not sent.
+async fn reach(cluster: &ClusterAccess, net: &mut Net) -> bool {
+    let stream = match tls::connect(&cluster.server, CONNECT_TIMEOUT).await {
+        Ok(stream) => {
+            net.tcp = Some(Ok(()));
+            stream
+        }
+        Err(e) => {
+            net.tcp = Some(Err(e));
+            return false;
+        }
+    };
+    let session =
+        match tls::handshake(stream, &cluster.server, &cluster.ca_pem, HANDSHAKE_TIMEOUT).await {
+            Ok(session) => {
+                net.tls = Some(Ok(()));
+                session
+            }
+            Err(e) => {
+                net.tls = Some(Err(e));
+                return false;
+            }
+        };
+    let answered = http::livez(session, &cluster.server.url, ROUND_TRIP_TIMEOUT).await;
+    let answered_ok = answered.is_ok();
+    net.http = Some(answered);
+    answered_ok
+}
+
+/// The API clients of one run (see [`network`] for why three for one credential).
+struct Clients {
+    /// The credential under test: access reviews, our CSR, the Node and the Lease.
+    main: ApiClient,
+    /// The same credential on a pool of its own, for the server's `Date`.
+    clock: ApiClient,
+    /// The same credential on a pool of its own, for the SelfSubjectReview.
+    reviewer: ApiClient,
+    /// The bootstrap token's, when a certificate is tested and a token stands behind it.
+    token: Option<ApiClient>,
+}
+
+/// Every API observation at once, recorded in `net`: the clock skew, who the server says
+/// we are (and who the bootstrap token is), what we may do with CSRs, our pending CSR, and,
+/// with a certificate (`cert`), our Node and Lease.
+async fn ask(s: &Settings, c: &Clients, cert: bool, net: &mut Net) {
     let node = s.node_name.as_str();
     let sub = if cert { "selfnodeclient" } else { "nodeclient" };
     let pending = csr::pending_name(s);
+    let node_path = format!("/api/v1/nodes/{node}");
     let lease_path =
         format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}");
     let (skew, review, token_review, create, approve, csr, node_obj, lease) = tokio::join!(
         async {
-            match clock.get::<serde_json::Value>("/version").await {
+            match c.clock.get::<serde_json::Value>("/version").await {
                 Err(e) if !matches!(e, api::Error::Api { .. }) => Err(e),
-                _ => Ok(clock.clock_skew_secs()),
+                _ => Ok(c.clock.clock_skew_secs()),
             }
         },
-        self_review(&reviewer),
+        self_review(&c.reviewer),
         async {
-            match &token_client {
-                Some(c) => Some(self_review(c).await),
+            match &c.token {
+                Some(t) => Some(self_review(t).await),
                 None => None,
             }
         },
-        access_review(&client, "create", ""),
-        access_review(&client, "create", sub),
-        csr::find(&client, node, pending),
-        async {
-            if cert {
-                Some(client.get::<Node>(&format!("/api/v1/nodes/{node}")).await)
-            } else {
-                None
-            }
-        },
-        async {
-            if cert {
-                Some(client.get::<Lease>(&lease_path).await)
-            } else {
-                None
-            }
-        },
+        access_review(&c.main, "create", ""),
+        access_review(&c.main, "create", sub),
+        csr::find(&c.main, node, pending),
+        when(cert, c.main.get::<Node>(&node_path)),
+        when(cert, c.main.get::<Lease>(&lease_path)),
     );
     net.skew = Some(skew);
     net.review = Some(review);
@@ -460,6 +488,14 @@ async fn network(s: &Settings, cluster: &ClusterAccess, obs: &mut Observations) 
     net.csr = Some(csr);
     net.node = node_obj;
     net.lease = lease;
+}
+
+/// `work`'s answer if `yes`; otherwise `None`, and `work` (lazy) never runs.
+async fn when<T>(yes: bool, work: impl std::future::Future<Output = T>) -> Option<T> {
+    match yes {
+        true => Some(work.await),
+        false => None,
+    }
 }
 
 async fn self_review(client: &ApiClient) -> Result<UserInfo, api::Error> {

@@ -122,6 +122,13 @@ impl Renewer {
             self.observe_owner(lease);
         }
         self.cached = lease;
+        self.follow(verdict, health)
+    }
+
+    /// What bootlet does about the other writer's `verdict`: nothing while it renews, says
+    /// when it resumes, and when it stops takes over (true) with a probe, or else says once
+    /// that the node will go NotReady.
+    fn follow(&mut self, verdict: Verdict, health: &Health) -> bool {
         let node = &self.cfg.node;
         match verdict {
             Verdict::Renewing => false,

@@ -124,7 +124,25 @@ pub fn check_issued(
     let (leaf, _) = chain
         .first()
         .ok_or(VerifyError::Malformed(PkiError::NoCertificate))?;
+    check_as_requested(leaf, key, profile)?;
+    check_leaf_constraints(&parse(ders[0])?, &leaf.serial)?;
+    check_validity(leaf, now)?;
+    let anchors = ca_certs(ca_pem)?;
+    let (anchor, path) = follow_chain(&ders, &anchors, now)?;
+    Ok(Checked {
+        info: leaf.clone(),
+        anchor,
+        path: path.into_iter().map(|i| ders[i].to_vec()).collect(),
+    })
+}
 
+/// The leaf is what we asked for: our key, the profile's subject, its extended key usage
+/// and, where the profile sets them, exactly its SANs.
+fn check_as_requested(
+    leaf: &CertInfo,
+    key: &NodeKey,
+    profile: &CertProfile,
+) -> Result<(), VerifyError> {
     if leaf.spki_der != key.public_key_der() {
         return Err(VerifyError::WrongKey {
             serial: leaf.serial.clone(),
@@ -157,15 +175,7 @@ pub fn check_issued(
             got: format!("{:?}", leaf.sans),
         });
     }
-    check_leaf_constraints(&parse(ders[0])?, &leaf.serial)?;
-    check_validity(leaf, now)?;
-    let anchors = ca_certs(ca_pem)?;
-    let (anchor, path) = follow_chain(&ders, &anchors, now)?;
-    Ok(Checked {
-        info: leaf.clone(),
-        anchor,
-        path: path.into_iter().map(|i| ders[i].to_vec()).collect(),
-    })
+    Ok(())
 }
 
 /// [`check_issued`], and the chain must reach the kubeconfig CA; returns the leaf's
@@ -266,36 +276,54 @@ fn follow_chain(
         if signed_by(current, current) {
             break; // a root of its own: nothing above it
         }
-        let mut invalid = None;
-        let mut next = None;
-        for (i, candidate) in certs.iter().enumerate().skip(1) {
-            if path.contains(&i) || !candidate.is_ca() || !signed_by(current, candidate) {
-                continue;
-            }
-            let info = CertInfo::from_x509(candidate);
-            match check_validity(&info, now) {
-                Ok(()) => {
-                    next = Some(i);
-                    break;
-                }
-                Err(e) => {
-                    invalid.get_or_insert(VerifyError::Intermediate {
-                        subject: candidate.subject().to_string(),
-                        source: Box::new(e),
-                    });
-                }
-            }
-        }
-        match (next, invalid) {
-            (Some(next), _) => path.push(next),
-            (None, Some(e)) => return Err(e),
-            (None, None) => break,
+        match issuer_in_chain(&certs, &path, current, now)? {
+            Some(next) => path.push(next),
+            None => break,
         }
     }
     let top = &certs[path[path.len() - 1]];
+    Ok((other_anchor(top, &anchors, &certs)?, path))
+}
+
+/// The index in `certs` of the CA certificate, valid `now` and not yet on `path`, that
+/// signed `current`: the next link up. An issuer found only outside its validity is the
+/// error (the first such); none at all is `None`.
+fn issuer_in_chain(
+    certs: &[X509Certificate<'_>],
+    path: &[usize],
+    current: &X509Certificate<'_>,
+    now: SystemTime,
+) -> Result<Option<usize>, VerifyError> {
+    let mut invalid = None;
+    for (i, candidate) in certs.iter().enumerate().skip(1) {
+        if path.contains(&i) || !candidate.is_ca() || !signed_by(current, candidate) {
+            continue;
+        }
+        let info = CertInfo::from_x509(candidate);
+        match check_validity(&info, now) {
+            Ok(()) => return Ok(Some(i)),
+            Err(e) => {
+                invalid.get_or_insert(VerifyError::Intermediate {
+                    subject: candidate.subject().to_string(),
+                    source: Box::new(e),
+                });
+            }
+        }
+    }
+    invalid.map_or(Ok(None), Err)
+}
+
+/// The chain ends at `top`, not signed by a cluster CA: [`Anchor::Other`] with its
+/// issuer, unless a certificate we hold is that issuer (same name and key id) and the
+/// signature does not verify against it.
+fn other_anchor(
+    top: &X509Certificate<'_>,
+    anchors: &[X509Certificate<'_>],
+    certs: &[X509Certificate<'_>],
+) -> Result<Anchor, VerifyError> {
     let mut named = anchors
         .iter()
-        .chain(&certs)
+        .chain(certs)
         .filter(|c| c.subject().as_raw() == top.issuer().as_raw() && key_ids_match(top, c))
         .peekable();
     if named.peek().is_some() && !named.any(|c| signed_by(top, c)) {
@@ -304,12 +332,9 @@ fn follow_chain(
             issuer: top.issuer().to_string(),
         });
     }
-    Ok((
-        Anchor::Other {
-            issuer: top.issuer().to_string(),
-        },
-        path,
-    ))
+    Ok(Anchor::Other {
+        issuer: top.issuer().to_string(),
+    })
 }
 
 /// `cert`'s authority key identifier is `issuer`'s subject key identifier (both present).

@@ -6,13 +6,13 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::os::unix::net::UnixDatagram;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use sd_notify::NotifyState;
 use tokio::time::Instant;
 
 use crate::runtime::clock;
-use crate::runtime::health::{self, Health, Stalled};
+use crate::runtime::health::{self, Health, Snapshot, Stalled};
 use crate::runtime::shutdown::Shutdown;
 use crate::runtime::ticker::Ticker;
 
@@ -41,30 +41,79 @@ pub fn watchdog_period(usec: Duration) -> Duration {
 /// `timerfd` wake it to ping (or withhold the ping). Without `NOTIFY_SOCKET` nobody
 /// listens: it only logs readiness once and then sleeps until shutdown.
 pub async fn run(health: Health, mut shutdown: Shutdown) {
-    let listening = std::env::var_os("NOTIFY_SOCKET").is_some();
     let mut snapshots = health.subscribe();
-    let mut watchdog = sd_notify::watchdog_enabled().map(|usec| {
-        let period = watchdog_period(usec);
-        tracing::debug!(period = ?period, "systemd watchdog enabled");
-        Watchdog::new(period)
-    });
-    let mut ready_sent = false;
-    let mut last_status = String::new();
+    let mut n = Notifier::new();
     loop {
         let snap = snapshots.borrow_and_update().clone();
-        let now = clock::now();
-        let status = listening.then(|| snap.status_line(now));
+        let wake = n.step(&snap, &health, clock::now());
+        if !n.listening && n.ready_sent {
+            shutdown.requested().await;
+            return;
+        }
+        let expiry = wake.expiry.unwrap_or_default() + EXPIRY_MARGIN;
+        tokio::select! {
+            changed = snapshots.changed() => if changed.is_err() { return },
+            () = tokio::time::sleep(STATUS_REFRESH), if wake.ages => {}
+            () = tokio::time::sleep(expiry), if n.listening && wake.expiry.is_some() => {}
+            () = deadline(&mut n.watchdog) => {}
+            () = shutdown.requested() => return,
+        }
+    }
+}
+
+/// What [`run`] keeps from one wake-up to the next.
+struct Notifier {
+    /// `NOTIFY_SOCKET` is set: systemd listens for STATUS= and READY=1.
+    listening: bool,
+    /// On when systemd set `WATCHDOG_USEC` for us.
+    watchdog: Option<Watchdog>,
+    ready_sent: bool,
+    /// The STATUS= line last sent: a line is sent again only when it changes.
+    last_status: String,
+}
+
+/// When [`run`] must wake besides a new snapshot, a watchdog deadline or shutdown.
+struct Wake {
+    /// The status line shows an age: refresh it within [`STATUS_REFRESH`].
+    ages: bool,
+    /// Until the client certificate expires, which changes the line on its own.
+    expiry: Option<Duration>,
+}
+
+// === impl Notifier ===
+
+impl Notifier {
+    /// Reads `NOTIFY_SOCKET` and `WATCHDOG_USEC` once, at start.
+    fn new() -> Self {
+        let listening = std::env::var_os("NOTIFY_SOCKET").is_some();
+        let watchdog = sd_notify::watchdog_enabled().map(|usec| {
+            let period = watchdog_period(usec);
+            tracing::debug!(period = ?period, "systemd watchdog enabled");
+            Watchdog::new(period)
+        });
+        Notifier {
+            listening,
+            watchdog,
+            ready_sent: false,
+            last_status: String::new(),
+        }
+    }
+
+    /// One wake-up: sends what `snap` changed (STATUS=, READY=1 once, WATCHDOG=1 if due)
+    /// in one datagram, and says when the next wake-up is needed.
+    fn step(&mut self, snap: &Snapshot, health: &Health, now: SystemTime) -> Wake {
+        let status = self.listening.then(|| snap.status_line(now));
         let ages = status
             .as_ref()
             .is_some_and(|line| *line != snap.status_line(now + STATUS_REFRESH));
         let mut states = Vec::new();
-        if let Some(line) = status.as_deref().filter(|line| *line != last_status) {
+        if let Some(line) = status.as_deref().filter(|line| *line != self.last_status) {
             states.push(NotifyState::Status(line));
         }
         // Under systemd, READY=1 also once the identity waits on others (see
         // `Snapshot::started`); by hand there is no start job to end, only the log line.
-        let ready_now = !ready_sent
-            && if listening {
+        let ready_now = !self.ready_sent
+            && if self.listening {
                 snap.started(now)
             } else {
                 snap.ready()
@@ -72,8 +121,8 @@ pub async fn run(health: Health, mut shutdown: Shutdown) {
         if ready_now {
             states.push(NotifyState::Ready);
         }
-        if let Some(w) = &mut watchdog {
-            if w.due(Instant::now()) && w.ping_unless_stalled(&health) {
+        if let Some(w) = &mut self.watchdog {
+            if w.due(Instant::now()) && w.ping_unless_stalled(health) {
                 states.push(NotifyState::Watchdog);
             }
         }
@@ -81,24 +130,11 @@ pub async fn run(health: Health, mut shutdown: Shutdown) {
             send(&states);
         }
         if let Some(line) = status {
-            last_status = line;
+            self.last_status = line;
         }
         if ready_now {
-            if snap.ready() {
-                tracing::info!("ready: client certificate and kubeconfig in place");
-            } else {
-                // Not the identity: the boot goes on, and the kubelet (its ExecStartPre
-                // `bootlet check-identity`) waits for the identity, not the boot for us.
-                tracing::info!(
-                    waiting_for = %snap.status_line(now),
-                    "started: the node's identity waits on something outside bootlet; systemd may go on booting"
-                );
-            }
-            ready_sent = true;
-        }
-        if !listening && ready_sent {
-            shutdown.requested().await;
-            return;
+            log_ready(snap, now);
+            self.ready_sent = true;
         }
         // The line also changes on its own when the certificate expires: be awake then, so
         // STATUS= says "expired" at the expiry, not at some later wake-up.
@@ -107,13 +143,21 @@ pub async fn run(health: Health, mut shutdown: Shutdown) {
             .as_ref()
             .and_then(|c| c.not_after.duration_since(now).ok())
             .filter(|left| !left.is_zero());
-        tokio::select! {
-            changed = snapshots.changed() => if changed.is_err() { return },
-            () = tokio::time::sleep(STATUS_REFRESH), if ages => {}
-            () = tokio::time::sleep(expiry.unwrap_or_default() + EXPIRY_MARGIN), if listening && expiry.is_some() => {}
-            () = deadline(&mut watchdog) => {}
-            () = shutdown.requested() => return,
-        }
+        Wake { ages, expiry }
+    }
+}
+
+/// The log line for READY=1 (or, by hand, for what would have been it).
+fn log_ready(snap: &Snapshot, now: SystemTime) {
+    if snap.ready() {
+        tracing::info!("ready: client certificate and kubeconfig in place");
+    } else {
+        // Not the identity: the boot goes on, and the kubelet (its ExecStartPre
+        // `bootlet check-identity`) waits for the identity, not the boot for us.
+        tracing::info!(
+            waiting_for = %snap.status_line(now),
+            "started: the node's identity waits on something outside bootlet; systemd may go on booting"
+        );
     }
 }
 
@@ -386,5 +430,35 @@ mod tests {
         assert!(!w.due(start + Duration::from_secs(2)));
         // From half a period on, a wake-up pings instead of the fallback timer.
         assert!(w.due(start + Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn a_step_by_hand_marks_ready_once_and_wakes_at_the_expiry() {
+        // By hand (no NOTIFY_SOCKET): no STATUS= line, so nothing ages; READY only logs.
+        let health = Health::new(true);
+        let mut n = Notifier {
+            listening: false,
+            watchdog: None,
+            ready_sent: false,
+            last_status: String::new(),
+        };
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        let mut snap = health.subscribe().borrow().clone();
+        let wake = n.step(&snap, &health, now);
+        assert!(!n.ready_sent, "ready without a certificate");
+        assert!(!wake.ages);
+        assert_eq!(wake.expiry, None);
+        snap.cert = Some(health::CertSummary {
+            serial: "01".into(),
+            not_after: now + Duration::from_secs(3600),
+            rotate_at: None,
+        });
+        let wake = n.step(&snap, &health, now);
+        assert!(n.ready_sent);
+        assert_eq!(wake.expiry, Some(Duration::from_secs(3600)));
+        assert_eq!(
+            n.last_status, "",
+            "a STATUS= line kept with nobody listening"
+        );
     }
 }

@@ -68,6 +68,27 @@ pub(super) fn node(settings: &Settings, obs: &Observations) -> Outcome {
 
 /// Weigh a Node as an operator would: what keeps pods off it fails, what degrades it warns.
 pub(super) fn judge_node(name: &str, node: &Node, machine_id: Option<&str>) -> Outcome {
+    if let Some(failed) = node_failure(name, node, machine_id) {
+        return failed;
+    }
+    let (warnings, fix) = node_warnings(name, node);
+    if warnings.is_empty() {
+        let spec = node.spec.clone().unwrap_or_default();
+        Outcome::pass(format!(
+            "Node {name} is Ready, podCIDR {}",
+            spec.pod_cidr.unwrap_or_default()
+        ))
+    } else {
+        Outcome::warn(
+            format!("Node {name} is Ready, but {}", warnings.join("; ")),
+            fix,
+        )
+    }
+}
+
+/// The fail of `node`, if any: registered by another machine, not Ready, or its network
+/// not configured.
+fn node_failure(name: &str, node: &Node, machine_id: Option<&str>) -> Option<Outcome> {
     let status = node.status.clone().unwrap_or_default();
     let registered_by = status
         .node_info
@@ -76,10 +97,10 @@ pub(super) fn judge_node(name: &str, node: &Node, machine_id: Option<&str>) -> O
         .unwrap_or("");
     if let Some(ours) = machine_id {
         if !registered_by.is_empty() && registered_by != ours {
-            return Outcome::fail(
+            return Some(Outcome::fail(
                 format!("Node {name} was registered by another machine (machineID {registered_by}, this host {ours}): a stale Node left from a reinstall"),
                 format!("kubectl delete node {name}  # the kubelet registers it again"),
-            );
+            ));
         }
     }
     let conditions = status.conditions.unwrap_or_default();
@@ -87,30 +108,36 @@ pub(super) fn judge_node(name: &str, node: &Node, machine_id: Option<&str>) -> O
     match cond("Ready") {
         Some(c) if c.status == "True" => {}
         Some(c) => {
-            return Outcome::fail(
+            return Some(Outcome::fail(
                 format!(
                     "Node {name} is NotReady ({}: {})",
                     c.reason.clone().unwrap_or_default(),
                     c.message.clone().unwrap_or_default()
                 ),
                 "journalctl -u kubelet -n 50  # the kubelet says why",
-            )
+            ))
         }
         None => {
-            return Outcome::fail(
+            return Some(Outcome::fail(
                 format!(
                     "Node {name} has no Ready condition: the kubelet has not posted its status"
                 ),
                 "journalctl -u kubelet -n 50",
-            )
+            ))
         }
     }
     if let Some(c) = cond("NetworkUnavailable").filter(|c| c.status == "True") {
-        return Outcome::fail(
+        return Some(Outcome::fail(
             format!("Node {name} has NetworkUnavailable=True ({}): the CNI plugin has not configured it", c.reason.clone().unwrap_or_default()),
             format!("kubectl -n kube-system get pods -o wide --field-selector spec.nodeName={name}  # is the CNI pod running?"),
-        );
+        ));
     }
+    None
+}
+
+/// What a Ready `node` still lacks (taint, podCIDR, topology labels), and the command for
+/// the first of them.
+fn node_warnings(name: &str, node: &Node) -> (Vec<String>, Option<String>) {
     let spec = node.spec.clone().unwrap_or_default();
     let mut warnings = Vec::new();
     let mut fix = None;
@@ -144,17 +171,7 @@ pub(super) fn judge_node(name: &str, node: &Node, machine_id: Option<&str>) -> O
         ));
         fix.get_or_insert(format!("kubectl label node {name} topology.kubernetes.io/zone=ZONE node.kubernetes.io/instance-type=TYPE"));
     }
-    if warnings.is_empty() {
-        Outcome::pass(format!(
-            "Node {name} is Ready, podCIDR {}",
-            spec.pod_cidr.unwrap_or_default()
-        ))
-    } else {
-        Outcome::warn(
-            format!("Node {name} is Ready, but {}", warnings.join("; ")),
-            fix,
-        )
-    }
+    (warnings, fix)
 }
 
 fn node_missing(obs: &Observations) -> bool {

@@ -6,6 +6,10 @@
 
 use std::collections::BTreeMap;
 
+/// How `systemctl show` opens each ExecStart entry (`{ path=… ; argv[]=… ; … }`). Named
+/// here, not inlined, so no unmatched brace sits inside a function body.
+const ENTRY_OPEN: &str = "{ ";
+
 /// `kubelet.service`'s argv, expanded; `None` without systemd or without the unit.
 pub fn command_line() -> Option<Vec<String>> {
     let text = crate::runtime::systemctl::show(
@@ -37,7 +41,7 @@ pub fn command_line() -> Option<Vec<String>> {
         } else if let Some(exec) = line.strip_prefix("ExecStart=") {
             argv = exec
                 .split(" ; ")
-                .find_map(|part| part.trim_start_matches("{ ").strip_prefix("argv[]="))
+                .find_map(|part| part.trim_start_matches(ENTRY_OPEN).strip_prefix("argv[]="))
                 .map(str::to_string);
         }
     }
