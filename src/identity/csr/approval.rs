@@ -215,34 +215,8 @@ impl<'a> Wait<'a> {
             // proxy) ignores the field selector or garbles what it sends. Nothing in this
             // stream can be trusted to be about our CSR, and it may have carried our
             // verdict under the wrong name: list ours again, after the re-watch floor.
-            Ok(Step::Foreign { other }) => {
-                let message = "a CSR watch reported another object; ignoring it and listing the CSR again (the API server or a proxy ignores the field selector or garbles answers)";
-                if !std::mem::replace(&mut self.warned_foreign, true) {
-                    tracing::warn!(csr = %name, other = %clip(&other), "{message}");
-                } else {
-                    tracing::debug!(csr = %name, other = %clip(&other), "{message}");
-                }
-                self.empty_streams = 0;
-                let wait = self.rewatch.next_delay();
-                After::Again { wait, from: None }
-            }
-            // A stream resumes from the last version seen. Two empty streams in a row told
-            // us nothing (a proxy cutting every watch at once would leave us blind until
-            // --csr-timeout): list again for the current state.
-            Ok(Step::Ended { delivered }) => {
-                if delivered {
-                    self.rewatch.reset();
-                    self.empty_streams = 0;
-                } else {
-                    self.empty_streams += 1;
-                }
-                let wait = self.rewatch.next_delay();
-                let from = (self.empty_streams < 2).then_some(last);
-                if from.is_none() {
-                    self.empty_streams = 0;
-                }
-                After::Again { wait, from }
-            }
+            Ok(Step::Foreign { other }) => self.after_foreign(&other),
+            Ok(Step::Ended { delivered }) => self.after_ended(delivered, last),
             Err(e) if e.is_gone() => {
                 tracing::debug!(csr = %name, "watch history expired (410); relisting");
                 let wait = self.rewatch.next_delay();
@@ -260,6 +234,38 @@ impl<'a> Wait<'a> {
             }
             Err(e) => After::Done(Err(CsrError::from_api(name, e))),
         }
+    }
+
+    /// A foreign object on the stream: warned once, listed again after the re-watch floor.
+    fn after_foreign(&mut self, other: &str) -> After {
+        let name = self.name;
+        let message = "a CSR watch reported another object; ignoring it and listing the CSR again (the API server or a proxy ignores the field selector or garbles answers)";
+        if !std::mem::replace(&mut self.warned_foreign, true) {
+            tracing::warn!(csr = %name, other = %clip(other), "{message}");
+        } else {
+            tracing::debug!(csr = %name, other = %clip(other), "{message}");
+        }
+        self.empty_streams = 0;
+        let wait = self.rewatch.next_delay();
+        After::Again { wait, from: None }
+    }
+
+    /// A stream resumes from the last version seen. Two empty streams in a row told us
+    /// nothing (a proxy cutting every watch at once would leave us blind until
+    /// --csr-timeout): list again for the current state.
+    fn after_ended(&mut self, delivered: bool, last: String) -> After {
+        if delivered {
+            self.rewatch.reset();
+            self.empty_streams = 0;
+        } else {
+            self.empty_streams += 1;
+        }
+        let wait = self.rewatch.next_delay();
+        let from = (self.empty_streams < 2).then_some(last);
+        if from.is_none() {
+            self.empty_streams = 0;
+        }
+        After::Again { wait, from }
     }
 }
 
