@@ -113,7 +113,11 @@ async fn start(settings: Settings, hooks: LeaseHooks) -> Result<(), Error> {
                 with_kubelet_view(&settings)
             }
         };
-        let bootstrap = Bootstrap::new(&life_settings, health.clone(), ClientOptions::default());
+        let api = ClientOptions {
+            exec_timeout: life_settings.exec_plugin_timeout,
+            ..ClientOptions::default()
+        };
+        let bootstrap = Bootstrap::new(&life_settings, health.clone(), api);
         let span = tracing::info_span!("bootstrap", node = %life_settings.node_name);
         let creds = tokio::select! {
             creds = bootstrap.run().instrument(span) => creds,

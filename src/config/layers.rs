@@ -155,6 +155,11 @@ impl Settings {
                 csr_not_issued_warning,
                 DEFAULT_CSR_NOT_ISSUED_WARNING
             ),
+            exec_plugin_timeout: duration!(
+                "execPluginTimeout",
+                exec_plugin_timeout,
+                DEFAULT_EXEC_PLUGIN_TIMEOUT
+            ),
             lease_owner_lookup_interval: duration!(
                 "leaseOwnerLookupInterval",
                 lease_owner_lookup_interval,
@@ -225,6 +230,12 @@ impl Settings {
             (
                 "csrNotIssuedWarning",
                 s.csr_not_issued_warning,
+                POSITIVE,
+                MAX_CSR_TIMING,
+            ),
+            (
+                "execPluginTimeout",
+                s.exec_plugin_timeout,
                 POSITIVE,
                 MAX_CSR_TIMING,
             ),

@@ -5,6 +5,7 @@
 use std::time::SystemTime;
 
 use crate::api;
+use crate::api::kubeconfig::exec::ExecError;
 use crate::api::kubeconfig::{Credential, KubeconfigError};
 use crate::config::{ConfigError, Settings};
 use crate::identity::bootstrap::InstalledError;
@@ -12,7 +13,7 @@ use crate::pki::verify::VerifyError;
 use crate::runtime::health::rfc3339;
 use crate::runtime::report;
 
-use super::observe::{CertObs, HttpFailure, Observations, TlsFailure, Using};
+use super::observe::{CertObs, ExecIssued, HttpFailure, Observations, TlsFailure, Using};
 use super::{CheckId, Outcome};
 
 mod access;
@@ -121,6 +122,42 @@ fn bootstrap_kubeconfig(obs: &Observations) -> Outcome {
                     None,
                 )
             }
+            Credential::Exec(plugin) => match &obs.exec {
+                Some(Ok(issued)) => {
+                    let what = match issued {
+                        ExecIssued::Token { id } if id != "<opaque>" => {
+                            format!("bootstrap token {id}")
+                        }
+                        ExecIssued::Token { .. } => "a token".to_string(),
+                        ExecIssued::ClientCert { subject } => {
+                            format!("a client certificate for {subject}")
+                        }
+                    };
+                    return Outcome::pass(format!(
+                        "{}: server {}, exec plugin {} handed out {what}",
+                        b.path.display(),
+                        b.server,
+                        plugin.command()
+                    ));
+                }
+                Some(Err(e)) if !cert_valid => {
+                    return Outcome::fail(
+                        format!("{}: bootstrap credential: {}", b.path.display(), report(e)),
+                        exec_fix(e, plugin.command()),
+                    )
+                }
+                Some(Err(e)) => {
+                    format!("{}: bootstrap credential: {}", b.path.display(), report(e))
+                }
+                None => {
+                    return Outcome::pass(format!(
+                        "{}: server {}, exec plugin {} (not run: the client certificate is valid)",
+                        b.path.display(),
+                        b.server,
+                        plugin.command()
+                    ))
+                }
+            },
             Credential::None => format!("{}: the user has no token", b.path.display()),
         },
         Some(Err(e)) => report(e),
@@ -170,6 +207,23 @@ fn bootstrap_kubeconfig(obs: &Observations) -> Outcome {
             format!("{problem}; no valid client certificate either, so this node cannot join"),
             NEW_TOKEN,
         )
+    }
+}
+
+/// The fix for an exec plugin that handed out nothing: its install hint when it is not
+/// installed, else running it by hand.
+fn exec_fix(e: &ExecError, command: &str) -> String {
+    match e {
+        ExecError::NotFound {
+            install_hint: Some(hint),
+            ..
+        } => crate::runtime::text::one_line(hint).into_owned(),
+        ExecError::NotFound { .. } => {
+            format!("install {command}, or fix the exec command in the bootstrap kubeconfig")
+        }
+        _ => format!(
+            "{command}  # run the plugin by hand (with its args and env from the bootstrap kubeconfig) to see why; bootlet gives it no stdin"
+        ),
     }
 }
 
