@@ -93,7 +93,10 @@ fn a_plugin_that_hands_out_a_bootstrap_token_joins_the_node() {
         assert_eq!(who.trim(), format!("system:node:{node}"));
         let runs = std::fs::read_to_string(&calls).unwrap().lines().count();
         assert_eq!(runs, 1, "one plugin run for the join");
-        assert!(!agent.log().contains(&token[7..]), "the token's secret was logged");
+        assert!(
+            !agent.log().contains(&token[7..]),
+            "the token's secret was logged"
+        );
         let (status, log) = tokio::time::timeout(Duration::from_secs(30), agent.terminate())
             .await
             .expect("bootlet stops");
