@@ -8,6 +8,7 @@
 pub mod conn;
 pub mod dial;
 mod error;
+mod exec_auth;
 pub mod kubeconfig;
 pub mod protobuf;
 pub mod proxy;
@@ -26,7 +27,6 @@ use reqwest::Method;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::api::kubeconfig::exec::{self, ExecPlugin};
 use crate::api::kubeconfig::{Credential, ProxyUrl, ToServer};
 use crate::metrics::METRICS;
 use crate::runtime::backoff::Backoff;
@@ -34,6 +34,7 @@ use crate::runtime::clock;
 
 use dial::{AliasResolver, Resolver};
 pub use error::{Error, TransportError};
+use exec_auth::ExecAuth;
 use proxy::{ProxyEnv, ProxyPolicy};
 use wire::{decode, encode, location, parse_http_date, retry_after, skew_secs};
 
@@ -135,15 +136,6 @@ struct Inner {
     skew_reported: AtomicBool,
     /// The exec plugin, when it is the kubeconfig's credential.
     exec: Option<ExecAuth>,
-}
-
-/// An exec plugin as a client's credential: run (or its cached answer taken) per request.
-struct ExecAuth {
-    plugin: ExecPlugin,
-    ca_pem: Vec<u8>,
-    tls_server_name: Option<String>,
-    /// The pooled client that presents the client certificate of the plugin's run N.
-    cert_http: std::sync::Mutex<Option<(u64, reqwest::Client)>>,
 }
 
 // === impl Identity ===
@@ -312,58 +304,6 @@ impl ApiClient {
                     exec.plugin.invalidate(fresh.generation).await;
                 }
                 other => return other,
-            }
-        }
-    }
-
-    /// The pooled client and `Authorization` header for a credential from the plugin: a
-    /// token rides on the shared client; a client certificate gets a client of its own,
-    /// kept until the plugin hands out another one.
-    fn exec_transport(
-        &self,
-        exec: &ExecAuth,
-        fresh: &exec::Fresh,
-    ) -> Result<(reqwest::Client, Option<HeaderValue>), Error> {
-        let setup = |reason: String| Error::Setup {
-            server: self.inner.server.clone(),
-            reason: format!("exec plugin {}: {reason}", exec.plugin.command()),
-        };
-        match &fresh.issued {
-            exec::Issued::Token(token) => {
-                let mut value = HeaderValue::from_str(&token.secret_header()).map_err(|_| {
-                    setup("the token contains characters not allowed in a header".into())
-                })?;
-                value.set_sensitive(true);
-                Ok((self.inner.http.clone(), Some(value)))
-            }
-            exec::Issued::ClientCert { chain_pem, key } => {
-                let mut held = exec.cert_http.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some((generation, http)) = held.as_ref() {
-                    if *generation == fresh.generation {
-                        return Ok((http.clone(), None));
-                    }
-                }
-                let credential = Credential::ClientCert {
-                    chain_pem: chain_pem.clone(),
-                    key: key.clone(),
-                };
-                let (tls, identity, _) =
-                    tls::client_config(&exec.ca_pem, &credential, self.inner.server_name.as_ref())
-                        .map_err(setup)?;
-                let alias = match &self.inner.proxy {
-                    None => sni_alias(
-                        &self.inner.server,
-                        exec.tls_server_name.as_deref(),
-                        &self.inner.opts.resolver,
-                    )
-                    .map(|(_, resolver)| resolver),
-                    Some(_) => None,
-                };
-                let http = build_http(tls, &self.inner.opts, self.inner.proxy.as_ref(), alias)
-                    .map_err(|e| setup(e.to_string()))?;
-                tracing::info!(plugin = %exec.plugin.command(), %identity, "using the client certificate from the exec plugin");
-                *held = Some((fresh.generation, http.clone()));
-                Ok((http, None))
             }
         }
     }

@@ -9,16 +9,14 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex as StdMutex};
 use std::time::{Duration, SystemTime};
 
 use kube_client::config::{ExecAuthCluster, ExecConfig, ExecInteractiveMode};
-use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncRead, AsyncReadExt as _};
+use serde::Serialize;
 
 use super::{BootstrapToken, Shown};
-use crate::pki::{split_pem, PrivateKeyPem};
+use crate::pki::PrivateKeyPem;
 use crate::runtime::clock;
 use crate::runtime::text::{clip, one_line};
 
@@ -375,214 +373,11 @@ pub fn exec_info(api_version: &str, cluster: Option<&ClusterInfo<'_>>) -> String
     serde_json::to_string(&request).unwrap_or_default()
 }
 
-// === the plugin's answer (pure) ===
+mod answer;
+mod run;
 
-/// What the plugin prints: an `ExecCredential` of the requested version.
-#[derive(Deserialize)]
-struct Answer {
-    #[serde(rename = "apiVersion", default)]
-    api_version: String,
-    #[serde(default)]
-    kind: String,
-    status: Option<AnswerStatus>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct AnswerStatus {
-    expiration_timestamp: Option<String>,
-    token: Option<String>,
-    client_certificate_data: Option<String>,
-    client_key_data: Option<String>,
-}
-
-/// The credential in a plugin's stdout and when it expires (pure); the error is the
-/// reason, to follow "returned ".
-pub fn parse_answer(
-    api_version: &str,
-    stdout: &[u8],
-) -> Result<(Issued, Option<SystemTime>), String> {
-    let answer: Answer = serde_json::from_slice(stdout).map_err(|e| {
-        let shown = clip(&one_line(&String::from_utf8_lossy(stdout)), 80).into_owned();
-        format!("output that is not an ExecCredential ({e}): {shown:?}")
-    })?;
-    if answer.kind != "ExecCredential" {
-        return Err(format!("kind {:?}, not ExecCredential", answer.kind));
-    }
-    if answer.api_version != api_version {
-        return Err(format!(
-            "apiVersion {:?}, but the kubeconfig asked for {api_version}",
-            answer.api_version
-        ));
-    }
-    let Some(status) = answer.status else {
-        return Err("no status".into());
-    };
-    let expiry = match status
-        .expiration_timestamp
-        .as_deref()
-        .filter(|t| !t.is_empty())
-    {
-        None => None,
-        Some(t) => match t.parse::<jiff::Timestamp>() {
-            Ok(ts) => Some(SystemTime::from(ts)),
-            Err(_) => {
-                return Err(format!(
-                    "an expirationTimestamp that is not RFC 3339: {:?}",
-                    clip(&one_line(t), 40)
-                ))
-            }
-        },
-    };
-    let present = |s: &Option<String>| s.as_deref().is_some_and(|s| !s.trim().is_empty());
-    let (cert, key) = (
-        present(&status.client_certificate_data),
-        present(&status.client_key_data),
-    );
-    let issued = match (present(&status.token), cert, key) {
-        (_, true, false) | (_, false, true) => {
-            return Err("only one of clientCertificateData and clientKeyData".into())
-        }
-        (true, true, true) => {
-            return Err("both a token and a client certificate; bootlet presents \
-                        exactly one identity"
-                .into())
-        }
-        (true, false, false) => Issued::Token(BootstrapToken::new(
-            status.token.as_deref().unwrap_or_default(),
-        )),
-        (false, true, true) => {
-            let cert = status.client_certificate_data.unwrap_or_default();
-            let (chain_pem, _) = split_pem(&cert);
-            if chain_pem.is_empty() {
-                return Err("clientCertificateData that holds no PEM certificate".into());
-            }
-            let key = status.client_key_data.unwrap_or_default();
-            let Some(key) = split_pem(&key).1 else {
-                return Err("clientKeyData that holds no PEM private key".into());
-            };
-            Issued::ClientCert { chain_pem, key }
-        }
-        (false, false, false) => return Err("no token or client certificate".into()),
-    };
-    Ok((issued, expiry))
-}
-
-// === running it ===
-
-/// Run the plugin once, bounded by `timeout`; on timeout its process group is killed.
-async fn run(
-    spec: &ExecSpec,
-    timeout: Duration,
-) -> Result<(Issued, Option<SystemTime>), ExecError> {
-    let command = spec.program.display().to_string();
-    let mut cmd = tokio::process::Command::new(&spec.program);
-    cmd.args(&spec.args)
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .env(EXEC_INFO_ENV, &spec.exec_info)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    tracing::debug!(plugin = %command, "running the exec credential plugin");
-    let mut child = match cmd.spawn() {
-        Ok(child) => child,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(ExecError::NotFound {
-                command,
-                install_hint: spec.install_hint.clone(),
-            })
-        }
-        Err(source) => return Err(ExecError::Spawn { command, source }),
-    };
-    let (mut stdout, mut stderr) = (child.stdout.take(), child.stderr.take());
-    let mut err_buf = Vec::new();
-    let outcome = {
-        let work = async {
-            let mut out = Vec::new();
-            let (o, _, status) = tokio::join!(
-                read_capped(stdout.as_mut(), &mut out, MAX_STDOUT),
-                read_capped(stderr.as_mut(), &mut err_buf, 4 * STDERR_SHOWN),
-                child.wait()
-            );
-            (o, out, status)
-        };
-        tokio::time::timeout(timeout, work).await
-    };
-    let shown = |buf: &[u8]| {
-        let text = String::from_utf8_lossy(buf);
-        clip(&one_line(text.trim()), STDERR_SHOWN).into_owned()
-    };
-    let (complete, out, status) = match outcome {
-        Ok(done) => done,
-        Err(_) => {
-            if let Some(pid) = child
-                .id()
-                .and_then(|id| rustix::process::Pid::from_raw(id as i32))
-            {
-                let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-            }
-            let _ = child.kill().await;
-            return Err(ExecError::TimedOut {
-                command,
-                timeout,
-                stderr: shown(&err_buf),
-            });
-        }
-    };
-    let stderr = shown(&err_buf);
-    let status = status.map_err(|source| ExecError::Spawn {
-        command: command.clone(),
-        source,
-    })?;
-    if !status.success() {
-        let status = match status.code() {
-            Some(code) => format!("exit status {code}"),
-            None => format!("{status}"),
-        };
-        return Err(ExecError::Failed {
-            command,
-            status,
-            stderr,
-        });
-    }
-    if !complete {
-        let reason = format!("more than {MAX_STDOUT} bytes on stdout");
-        return Err(ExecError::BadOutput {
-            command,
-            reason,
-            stderr,
-        });
-    }
-    parse_answer(&spec.api_version, &out).map_err(|reason| ExecError::BadOutput {
-        command,
-        reason,
-        stderr,
-    })
-}
-
-/// Read `from` to its end, keeping the first `cap` bytes in `into` (and draining the rest,
-/// so the plugin never blocks on a full pipe); false when some were dropped.
-async fn read_capped<R: AsyncRead + Unpin>(
-    from: Option<&mut R>,
-    into: &mut Vec<u8>,
-    cap: usize,
-) -> bool {
-    let Some(from) = from else { return true };
-    let mut chunk = [0u8; 8192];
-    let mut complete = true;
-    loop {
-        match from.read(&mut chunk).await {
-            Ok(0) | Err(_) => return complete,
-            Ok(n) => {
-                let room = cap.saturating_sub(into.len());
-                into.extend_from_slice(&chunk[..n.min(room)]);
-                complete &= n <= room;
-            }
-        }
-    }
-}
+pub use answer::parse_answer;
+use run::run;
 
 #[cfg(test)]
 mod tests;
