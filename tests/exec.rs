@@ -122,6 +122,18 @@ async fn a_plugin_that_hands_out_a_bootstrap_token_joins_the_node() {
     assert_eq!(user, format!("system:bootstrap:{}", &token[..6]));
     // No expirationTimestamp: one run serves every request of the join.
     assert_eq!(calls(dir.path()), 1);
+
+    // The bootstrap kubeconfig deleted after the join (as kubeadm does with its own): a
+    // restart reuses the certificate and never needs the plugin.
+    std::fs::remove_file(&node.bootstrap).unwrap();
+    let agent = Agent::spawn(&args(&node, "exec-token", &[]));
+    agent
+        .wait_for_log("reusing the valid client certificate; no CSR needed")
+        .await;
+    let (status, log) = agent.terminate().await;
+    assert!(status.success(), "{log}");
+    assert_eq!(calls(dir.path()), 1, "{log}");
+    assert!(!log.contains(&token[7..]), "the token's secret was logged");
     tp.shutdown().await;
 }
 
