@@ -74,7 +74,8 @@ fn args(node: &NodeDir, name: &str, extra: &[&str]) -> Vec<String> {
 /// The node joins: one CSR, filed by the plugin's identity; a certificate and kubelet.conf.
 async fn joins(tp: &TestPlane, node: &NodeDir, name: &str) -> String {
     let mut events = tp.events();
-    let agent = Agent::spawn(&args(node, name, &[]));
+    let service_env = [("JOURNAL_STREAM", "0:0"), ("WATCHDOG_USEC", "600000000")];
+    let agent = Agent::spawn_env(&args(node, name, &[]), &service_env);
     let csr = wait_event(&mut events, |e| match e {
         Event::CsrCreated { name, .. } => Some(name.clone()),
         _ => None,
@@ -116,9 +117,16 @@ async fn a_plugin_that_hands_out_a_bootstrap_token_joins_the_node() {
         tp.url(),
         answer.display()
     );
+    let body = format!(
+        "{body}\necho \"${{JOURNAL_STREAM:-unset}} ${{WATCHDOG_USEC:-unset}} $PATH\" > '{}'",
+        dir.path().join("env").display()
+    );
     let cmd = plugin(dir.path(), "token-plugin", &body);
     let node = NodeDir::new(&exec_kubeconfig(&tp, &cmd, ""));
     let user = joins(&tp, &node, "exec-token").await;
+    // systemd's variables for bootlet itself are not the plugin's; the rest is.
+    let env = std::fs::read_to_string(dir.path().join("env")).unwrap();
+    assert!(env.starts_with("unset unset /"), "{env}");
     assert_eq!(user, format!("system:bootstrap:{}", &token[..6]));
     // No expirationTimestamp: one run serves every request of the join.
     assert_eq!(calls(dir.path()), 1);

@@ -9,6 +9,20 @@ use tokio::io::{AsyncRead, AsyncReadExt as _};
 use super::{parse_answer, ExecError, ExecSpec, Issued, EXEC_INFO_ENV, MAX_STDOUT, STDERR_SHOWN};
 use crate::runtime::text::{clip, one_line};
 
+/// What systemd hands bootlet itself, not its children: the notify socket and watchdog
+/// (NotifyAccess=main ignores a child's messages anyway), socket activation, and the
+/// journal stream (the plugin's stderr is a pipe to bootlet, not the journal). The rest
+/// of bootlet's environment is the plugin's, as client-go passes the kubelet's.
+pub const SERVICE_ENV: [&str; 7] = [
+    "NOTIFY_SOCKET",
+    "WATCHDOG_USEC",
+    "WATCHDOG_PID",
+    "LISTEN_FDS",
+    "LISTEN_PID",
+    "LISTEN_FDNAMES",
+    "JOURNAL_STREAM",
+];
+
 /// Run the plugin once, bounded by `timeout`; on timeout its process group is killed.
 pub(super) async fn run(
     spec: &ExecSpec,
@@ -16,6 +30,9 @@ pub(super) async fn run(
 ) -> Result<(Issued, Option<SystemTime>), ExecError> {
     let command = spec.program.display().to_string();
     let mut cmd = tokio::process::Command::new(&spec.program);
+    for name in SERVICE_ENV {
+        cmd.env_remove(name);
+    }
     cmd.args(&spec.args)
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .env(EXEC_INFO_ENV, &spec.exec_info)
