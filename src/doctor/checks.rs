@@ -6,7 +6,7 @@ use std::time::SystemTime;
 
 use crate::api;
 use crate::api::kubeconfig::exec::ExecError;
-use crate::api::kubeconfig::{Credential, KubeconfigError};
+use crate::api::kubeconfig::{ClusterAccess, Credential, KubeconfigError};
 use crate::config::{ConfigError, Settings};
 use crate::identity::bootstrap::InstalledError;
 use crate::pki::verify::VerifyError;
@@ -122,41 +122,10 @@ fn bootstrap_kubeconfig(obs: &Observations) -> Outcome {
                     None,
                 )
             }
-            Credential::Exec(plugin) => match &obs.exec {
-                Some(Ok(issued)) => {
-                    let what = match issued {
-                        ExecIssued::Token { id } if id != "<opaque>" => {
-                            format!("bootstrap token {id}")
-                        }
-                        ExecIssued::Token { .. } => "a token".to_string(),
-                        ExecIssued::ClientCert { subject } => {
-                            format!("a client certificate for {subject}")
-                        }
-                    };
-                    return Outcome::pass(format!(
-                        "{}: server {}, exec plugin {} handed out {what}",
-                        b.path.display(),
-                        b.server,
-                        plugin.command()
-                    ));
-                }
-                Some(Err(e)) if !cert_valid => {
-                    return Outcome::fail(
-                        format!("{}: bootstrap credential: {}", b.path.display(), report(e)),
-                        exec_fix(e, plugin.command()),
-                    )
-                }
-                Some(Err(e)) => {
-                    format!("{}: bootstrap credential: {}", b.path.display(), report(e))
-                }
-                None => {
-                    return Outcome::pass(format!(
-                        "{}: server {}, exec plugin {} (not run: the client certificate is valid)",
-                        b.path.display(),
-                        b.server,
-                        plugin.command()
-                    ))
-                }
+            Credential::Exec(plugin) => match exec_credential(b, plugin.command(), obs, cert_valid)
+            {
+                Ok(outcome) => return outcome,
+                Err(problem) => problem,
             },
             Credential::None => format!("{}: the user has no token", b.path.display()),
         },
@@ -207,6 +176,39 @@ fn bootstrap_kubeconfig(obs: &Observations) -> Outcome {
             format!("{problem}; no valid client certificate either, so this node cannot join"),
             NEW_TOKEN,
         )
+    }
+}
+
+/// The verdict on a bootstrap kubeconfig whose user is exec plugin `command`: an outcome,
+/// or (with a valid client certificate, which makes it unneeded) the problem to warn of.
+fn exec_credential(
+    b: &ClusterAccess,
+    command: &str,
+    obs: &Observations,
+    cert_valid: bool,
+) -> Result<Outcome, String> {
+    let (path, server) = (b.path.display(), &b.server);
+    match &obs.exec {
+        Some(Ok(issued)) => {
+            let what = match issued {
+                ExecIssued::Token { id } if id != "<opaque>" => format!("bootstrap token {id}"),
+                ExecIssued::Token { .. } => "a token".to_string(),
+                ExecIssued::ClientCert { subject } => {
+                    format!("a client certificate for {subject}")
+                }
+            };
+            Ok(Outcome::pass(format!(
+                "{path}: server {server}, exec plugin {command} handed out {what}"
+            )))
+        }
+        Some(Err(e)) if !cert_valid => Ok(Outcome::fail(
+            format!("{path}: bootstrap credential: {}", report(e)),
+            exec_fix(e, command),
+        )),
+        Some(Err(e)) => Err(format!("{path}: bootstrap credential: {}", report(e))),
+        None => Ok(Outcome::pass(format!(
+            "{path}: server {server}, exec plugin {command} (not run: the client certificate is valid)"
+        ))),
     }
 }
 

@@ -306,18 +306,10 @@ pub fn spec(
         }
         _ => {}
     }
-    let mut env = Vec::new();
-    for pair in exec.env.iter().flatten() {
-        match (pair.get("name"), pair.get("value")) {
-            (Some(name), Some(value)) if !name.is_empty() && !name.contains('=') => {
-                env.push((name.clone(), value.clone()));
-            }
-            _ => {
-                let reason = "has an entry without a valid name and value".into();
-                return Err(bad("env", reason, false));
-            }
-        }
-    }
+    let env = env(exec).ok_or_else(|| {
+        let reason = "has an entry without a valid name and value".into();
+        bad("env", reason, false)
+    })?;
     let program = if command.contains('/') {
         let dir = kubeconfig.parent().unwrap_or(Path::new("."));
         dir.join(&command)
@@ -334,6 +326,17 @@ pub fn spec(
         install_hint: exec.install_hint.clone().filter(|h| !h.trim().is_empty()),
         exec_info,
     })
+}
+
+/// The kubeconfig's `env` as pairs; `None` when an entry lacks a valid name or a value.
+fn env(exec: &ExecConfig) -> Option<Vec<(String, String)>> {
+    let pair = |p: &HashMap<String, String>| match (p.get("name"), p.get("value")) {
+        (Some(name), Some(value)) if !name.is_empty() && !name.contains('=') => {
+            Some((name.clone(), value.clone()))
+        }
+        _ => None,
+    };
+    exec.env.iter().flatten().map(pair).collect()
 }
 
 /// The request the plugin reads from `KUBERNETES_EXEC_INFO`.

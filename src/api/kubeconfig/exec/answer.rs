@@ -50,52 +50,59 @@ pub fn parse_answer(
     let Some(status) = answer.status else {
         return Err("no status".into());
     };
-    let expiry = match status
+    Ok((issued(&status)?, expiry(&status)?))
+}
+
+/// `status.expirationTimestamp`, if set (pure).
+fn expiry(status: &AnswerStatus) -> Result<Option<SystemTime>, String> {
+    let Some(t) = status
         .expiration_timestamp
         .as_deref()
         .filter(|t| !t.is_empty())
-    {
-        None => None,
-        Some(t) => match t.parse::<jiff::Timestamp>() {
-            Ok(ts) => Some(SystemTime::from(ts)),
-            Err(_) => {
-                return Err(format!(
-                    "an expirationTimestamp that is not RFC 3339: {:?}",
-                    clip(&one_line(t), 40)
-                ))
-            }
-        },
+    else {
+        return Ok(None);
     };
+    match t.parse::<jiff::Timestamp>() {
+        Ok(ts) => Ok(Some(SystemTime::from(ts))),
+        Err(_) => Err(format!(
+            "an expirationTimestamp that is not RFC 3339: {:?}",
+            clip(&one_line(t), 40)
+        )),
+    }
+}
+
+/// The token, or the certificate chain and key: exactly one (pure).
+fn issued(status: &AnswerStatus) -> Result<Issued, String> {
     let present = |s: &Option<String>| s.as_deref().is_some_and(|s| !s.trim().is_empty());
     let (cert, key) = (
         present(&status.client_certificate_data),
         present(&status.client_key_data),
     );
-    let issued = match (present(&status.token), cert, key) {
+    match (present(&status.token), cert, key) {
         (_, true, false) | (_, false, true) => {
-            return Err("only one of clientCertificateData and clientKeyData".into())
+            Err("only one of clientCertificateData and clientKeyData".into())
         }
-        (true, true, true) => {
-            return Err("both a token and a client certificate; bootlet presents \
-                        exactly one identity"
-                .into())
-        }
-        (true, false, false) => Issued::Token(BootstrapToken::new(
+        (true, true, true) => Err("both a token and a client certificate; bootlet presents \
+                                   exactly one identity"
+            .into()),
+        (true, false, false) => Ok(Issued::Token(BootstrapToken::new(
             status.token.as_deref().unwrap_or_default(),
-        )),
+        ))),
         (false, true, true) => {
-            let cert = status.client_certificate_data.unwrap_or_default();
-            let (chain_pem, _) = split_pem(&cert);
+            let cert = status
+                .client_certificate_data
+                .as_deref()
+                .unwrap_or_default();
+            let (chain_pem, _) = split_pem(cert);
             if chain_pem.is_empty() {
                 return Err("clientCertificateData that holds no PEM certificate".into());
             }
-            let key = status.client_key_data.unwrap_or_default();
-            let Some(key) = split_pem(&key).1 else {
+            let key = status.client_key_data.as_deref().unwrap_or_default();
+            let Some(key) = split_pem(key).1 else {
                 return Err("clientKeyData that holds no PEM private key".into());
             };
-            Issued::ClientCert { chain_pem, key }
+            Ok(Issued::ClientCert { chain_pem, key })
         }
-        (false, false, false) => return Err("no token or client certificate".into()),
-    };
-    Ok((issued, expiry))
+        (false, false, false) => Err("no token or client certificate".into()),
+    }
 }

@@ -5,6 +5,7 @@ use std::process::Stdio;
 use std::time::{Duration, SystemTime};
 
 use tokio::io::{AsyncRead, AsyncReadExt as _};
+use tokio::process::Child;
 
 use super::{parse_answer, ExecError, ExecSpec, Issued, EXEC_INFO_ENV, MAX_STDOUT, STDERR_SHOWN};
 use crate::runtime::text::{clip, one_line};
@@ -29,29 +30,7 @@ pub(super) async fn run(
     timeout: Duration,
 ) -> Result<(Issued, Option<SystemTime>), ExecError> {
     let command = spec.program.display().to_string();
-    let mut cmd = tokio::process::Command::new(&spec.program);
-    for name in SERVICE_ENV {
-        cmd.env_remove(name);
-    }
-    cmd.args(&spec.args)
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .env(EXEC_INFO_ENV, &spec.exec_info)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    tracing::debug!(plugin = %command, "running the exec credential plugin");
-    let mut child = match cmd.spawn() {
-        Ok(child) => child,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(ExecError::NotFound {
-                command,
-                install_hint: spec.install_hint.clone(),
-            })
-        }
-        Err(source) => return Err(ExecError::Spawn { command, source }),
-    };
+    let mut child = spawn(spec, &command)?;
     let (mut stdout, mut stderr) = (child.stdout.take(), child.stderr.take());
     let mut err_buf = Vec::new();
     let outcome = {
@@ -66,33 +45,21 @@ pub(super) async fn run(
         };
         tokio::time::timeout(timeout, work).await
     };
-    let shown = |buf: &[u8]| {
-        let text = String::from_utf8_lossy(buf);
-        clip(&one_line(text.trim()), STDERR_SHOWN).into_owned()
-    };
-    let (complete, out, status) = match outcome {
-        Ok(done) => done,
-        Err(_) => {
-            if let Some(pid) = child
-                .id()
-                .and_then(|id| rustix::process::Pid::from_raw(id as i32))
-            {
-                let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-            }
-            let _ = child.kill().await;
-            return Err(ExecError::TimedOut {
-                command,
-                timeout,
-                stderr: shown(&err_buf),
-            });
-        }
+    let Ok((complete, out, status)) = outcome else {
+        kill(&mut child).await;
+        let stderr = shown(&err_buf);
+        return Err(ExecError::TimedOut {
+            command,
+            timeout,
+            stderr,
+        });
     };
     let stderr = shown(&err_buf);
     let status = status.map_err(|source| ExecError::Spawn {
         command: command.clone(),
         source,
     })?;
-    if !status.success() {
+    let reason = if !status.success() {
         let status = match status.code() {
             Some(code) => format!("exit status {code}"),
             None => format!("{status}"),
@@ -102,20 +69,61 @@ pub(super) async fn run(
             status,
             stderr,
         });
-    }
-    if !complete {
-        let reason = format!("more than {MAX_STDOUT} bytes on stdout");
-        return Err(ExecError::BadOutput {
-            command,
-            reason,
-            stderr,
-        });
-    }
-    parse_answer(&spec.api_version, &out).map_err(|reason| ExecError::BadOutput {
+    } else if !complete {
+        format!("more than {MAX_STDOUT} bytes on stdout")
+    } else {
+        match parse_answer(&spec.api_version, &out) {
+            Ok(answer) => return Ok(answer),
+            Err(reason) => reason,
+        }
+    };
+    Err(ExecError::BadOutput {
         command,
         reason,
         stderr,
     })
+}
+
+/// Start the plugin: its args and env, no stdin, piped output, a process group of its own.
+fn spawn(spec: &ExecSpec, command: &str) -> Result<Child, ExecError> {
+    let mut cmd = tokio::process::Command::new(&spec.program);
+    for name in SERVICE_ENV {
+        cmd.env_remove(name);
+    }
+    cmd.args(&spec.args)
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .env(EXEC_INFO_ENV, &spec.exec_info)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    tracing::debug!(plugin = %command, "running the exec credential plugin");
+    let command = command.to_string();
+    cmd.spawn().map_err(|source| match source.kind() {
+        std::io::ErrorKind::NotFound => ExecError::NotFound {
+            command,
+            install_hint: spec.install_hint.clone(),
+        },
+        _ => ExecError::Spawn { command, source },
+    })
+}
+
+/// SIGKILL to the plugin's process group (its children too), then reap the plugin.
+async fn kill(child: &mut Child) {
+    let group = child
+        .id()
+        .and_then(|id| rustix::process::Pid::from_raw(id as i32));
+    if let Some(pid) = group {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+    let _ = child.kill().await;
+}
+
+/// A plugin's stderr as an error shows it: one line, at most [`STDERR_SHOWN`] characters.
+fn shown(buf: &[u8]) -> String {
+    let text = String::from_utf8_lossy(buf);
+    clip(&one_line(text.trim()), STDERR_SHOWN).into_owned()
 }
 
 /// Read `from` to its end, keeping the first `cap` bytes in `into` (and draining the rest,
