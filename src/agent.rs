@@ -147,11 +147,11 @@ impl Lives<'_> {
             Ok(settings) => settings,
             Err(deadline) => return Ok(Some(deadline)),
         };
-        let bootstrap = Bootstrap::new(
-            &life_settings,
-            self.health.clone(),
-            ClientOptions::default(),
-        );
+        let api = ClientOptions {
+            exec_timeout: life_settings.exec_plugin_timeout,
+            ..ClientOptions::default()
+        };
+        let bootstrap = Bootstrap::new(&life_settings, self.health.clone(), api);
         let span = tracing::info_span!("bootstrap", node = %life_settings.node_name);
         let creds = tokio::select! {
             creds = bootstrap.run().instrument(span) => creds,

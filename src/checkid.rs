@@ -55,7 +55,7 @@ pub const CHECKS: [Check; 11] = [
         name: "bootstrap-kubeconfig",
         title: "Bootstrap kubeconfig",
         depends_on: &[CheckId::Config],
-        observes: "The bootstrap kubeconfig (`--bootstrap-kubeconfig`), read only when no valid client certificate is on disk. Names a missing, unreadable or non-YAML file, one without a server or token, or a token that is not a bootstrap token (`[a-z0-9]{6}.[a-z0-9]{16}`).",
+        observes: "The bootstrap kubeconfig (`--bootstrap-kubeconfig`), read only when no valid client certificate is on disk. Names a missing, unreadable or non-YAML file, one without a server or token, or a token that is not a bootstrap token (`[a-z0-9]{6}.[a-z0-9]{16}`). An `exec` credential plugin is run once (within the exec timeout, at most 5 s): names a plugin that is not installed (with its `installHint`), that fails (its exit status and stderr), hangs, or returns no token or client certificate.",
     },
     Check {
         id: CheckId::ServerReachable,
@@ -83,7 +83,7 @@ pub const CHECKS: [Check; 11] = [
         name: "authentication",
         title: "Authentication",
         depends_on: &[CheckId::ClockSkew],
-        observes: "A SelfSubjectReview with the credential the daemon would use (a valid client certificate, else the bootstrap token). Names an expired or deleted token (401) and an unexpected identity.",
+        observes: "A SelfSubjectReview with the credential the daemon would use (a valid client certificate, else the bootstrap token or what the exec plugin handed out). Names an expired or deleted token (401) and an unexpected identity.",
     },
     Check {
         id: CheckId::Authorization,

@@ -172,6 +172,11 @@ pub struct Flags {
     pub csr_not_issued_warning: Option<Duration>,
 
     #[arg(long, value_name = "DUR", value_parser = parse_duration, help_heading = ADVANCED, help = dflt(
+        "Kill a bootstrap kubeconfig's exec credential plugin after this long",
+        format_duration(defaults::DEFAULT_EXEC_PLUGIN_TIMEOUT)))]
+    pub exec_plugin_timeout: Option<Duration>,
+
+    #[arg(long, value_name = "DUR", value_parser = parse_duration, help_heading = ADVANCED, help = dflt(
         "How often to look for the Node to own the Lease",
         format_duration(defaults::DEFAULT_LEASE_OWNER_LOOKUP_INTERVAL)))]
     pub lease_owner_lookup_interval: Option<Duration>,

@@ -63,6 +63,7 @@ pub struct FileConfig {
     #[serde(skip_serializing_if = "Option::is_none")] pub csr_backoff_min: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")] pub csr_backoff_max: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")] pub csr_not_issued_warning: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")] pub exec_plugin_timeout: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")] pub lease_owner_lookup_interval: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")] pub shutdown_grace: Option<String>,
 }
@@ -108,6 +109,8 @@ pub struct Settings {
     pub csr_backoff_max: Duration,
     /// In (0, 24 h].
     pub csr_not_issued_warning: Duration,
+    /// How long a kubeconfig's exec credential plugin may run; in (0, 24 h].
+    pub exec_plugin_timeout: Duration,
     /// In (0, 24 h].
     pub lease_owner_lookup_interval: Duration,
     /// In [0, 5 min].
@@ -269,6 +272,7 @@ impl FileConfig {
             csr_backoff_min: d(DEFAULT_CSR_BACKOFF_MIN),
             csr_backoff_max: d(DEFAULT_CSR_BACKOFF_MAX),
             csr_not_issued_warning: d(DEFAULT_CSR_NOT_ISSUED_WARNING),
+            exec_plugin_timeout: d(DEFAULT_EXEC_PLUGIN_TIMEOUT),
             lease_owner_lookup_interval: d(DEFAULT_LEASE_OWNER_LOOKUP_INTERVAL),
             shutdown_grace: d(DEFAULT_SHUTDOWN_GRACE),
         }

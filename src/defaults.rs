@@ -25,6 +25,10 @@ pub const DEFAULT_LEASE_RENEW_INTERVAL: Duration = Duration::from_secs(10);
 pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(40);
 /// Long enough for a human approver, short enough that a lost CSR is noticed the same hour.
 pub const DEFAULT_CSR_TIMEOUT: Duration = Duration::from_secs(3600);
+/// How long a kubeconfig's exec credential plugin may run before it is killed: client-go
+/// waits forever, but a hung plugin must not hang bootstrap; a minute covers a plugin that
+/// asks a metadata server or a TPM, with room for retries of its own.
+pub const DEFAULT_EXEC_PLUGIN_TIMEOUT: Duration = Duration::from_secs(60);
 /// Off as in the kubelet: serving CSRs need an approver most clusters do not run yet.
 pub const DEFAULT_ROTATE_SERVER_CERTIFICATES: bool = false;
 /// Loopback only: metrics and health are for the node's own agents, not the network. The

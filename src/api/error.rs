@@ -49,6 +49,13 @@ pub enum Error {
         #[source]
         source: super::protobuf::ProtoError,
     },
+    /// The kubeconfig's exec plugin gave no credential.
+    #[error("{server}: no credential from the kubeconfig's exec plugin")]
+    Exec {
+        server: String,
+        #[source]
+        source: super::kubeconfig::exec::ExecError,
+    },
     #[error("{method} {path}: response larger than {limit} bytes")]
     TooLarge {
         method: Method,
@@ -69,6 +76,10 @@ fn hint(code: u16, identity: &Identity) -> String {
         (401, Identity::ClientCertificate { .. }) => " (the client certificate is not \
              trusted by the API server: is it expired or from another cluster's CA?)"
             .to_string(),
+        (401, Identity::ExecPlugin { command }) => format!(
+            " (the credential from exec plugin {command} was refused, also after calling the \
+             plugin again: is it issuing a credential for this cluster?)"
+        ),
         (403, Identity::BootstrapToken { .. }) => " (RBAC: check that the ClusterRoleBinding \
              kubeadm:kubelet-bootstrap grants system:node-bootstrapper to the token's group)"
             .to_string(),

@@ -11,6 +11,8 @@ use base64::Engine as _;
 use kube_client::config::{Cluster, Context, Kubeconfig};
 use sha2::{Digest as _, Sha256};
 
+use exec::ClusterInfo;
+
 use crate::pki::files::{read_bounded, read_text_bounded, FilesError, Refusal};
 use crate::pki::parse_cert_chain;
 
@@ -243,6 +245,19 @@ fn parse_with(
             return Err(KubeconfigError::NoCa { path, cluster });
         }
     };
+    let extension = cluster
+        .extensions
+        .iter()
+        .flatten()
+        .find(|e| e.name == exec::CLUSTER_EXTENSION);
+    let info = ClusterInfo {
+        server: &server.url,
+        ca_pem: &ca_pem,
+        tls_server_name: server.tls_server_name.as_deref(),
+        insecure_skip_tls_verify: insecure,
+        proxy_url: non_empty(&cluster.proxy_url),
+        config: extension.map(|e| e.extension.clone()),
+    };
     let credential = match context.user.filter(|_| with_credential) {
         None => Credential::None,
         Some(name) => match kc
@@ -251,7 +266,7 @@ fn parse_with(
             .enumerate()
             .find(|(_, a)| a.name == name)
         {
-            Some((index, auth)) => r.credential(&name, index, auth.auth_info.as_ref())?,
+            Some((index, auth)) => r.credential(&name, index, auth.auth_info.as_ref(), &info)?,
             None => return Err(KubeconfigError::UserNotFound { path: r.p(), name }),
         },
     };
@@ -439,6 +454,7 @@ fn non_empty(s: &Option<String>) -> Option<&str> {
     s.as_deref().filter(|s| !s.is_empty())
 }
 
+pub mod exec;
 mod kubelet;
 mod server;
 mod shown;

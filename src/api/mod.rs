@@ -8,6 +8,7 @@
 pub mod conn;
 pub mod dial;
 mod error;
+mod exec_auth;
 pub mod kubeconfig;
 pub mod protobuf;
 pub mod proxy;
@@ -33,6 +34,7 @@ use crate::runtime::clock;
 
 use dial::{AliasResolver, Resolver};
 pub use error::{Error, TransportError};
+use exec_auth::ExecAuth;
 use proxy::{ProxyEnv, ProxyPolicy};
 use wire::{decode, encode, location, parse_http_date, retry_after, skew_secs};
 
@@ -74,6 +76,8 @@ pub struct ClientOptions {
     /// How host names become addresses; the default is the system's. Tests use
     /// [`Resolver::fixed`] (a black-holed address beside a good one).
     pub resolver: Resolver,
+    /// How long a kubeconfig's exec credential plugin may run before it is killed.
+    pub exec_timeout: Duration,
 }
 
 impl Default for ClientOptions {
@@ -84,6 +88,7 @@ impl Default for ClientOptions {
             max_body: DEFAULT_MAX_BODY,
             proxy_env: ProxyEnv::process(),
             resolver: Resolver::system(),
+            exec_timeout: crate::defaults::DEFAULT_EXEC_PLUGIN_TIMEOUT,
         }
     }
 }
@@ -91,8 +96,17 @@ impl Default for ClientOptions {
 /// Who we are to the API server, as logged (never the secret part).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Identity {
-    BootstrapToken { id: String },
-    ClientCertificate { subject: String, serial: String },
+    BootstrapToken {
+        id: String,
+    },
+    ClientCertificate {
+        subject: String,
+        serial: String,
+    },
+    /// Whatever the kubeconfig's exec plugin hands out (a token or a client certificate).
+    ExecPlugin {
+        command: String,
+    },
     Anonymous,
 }
 
@@ -120,6 +134,8 @@ struct Inner {
     /// Server clock minus local clock from the last `Date` header, in seconds.
     skew_secs: AtomicI64,
     skew_reported: AtomicBool,
+    /// The exec plugin, when it is the kubeconfig's credential.
+    exec: Option<ExecAuth>,
 }
 
 // === impl Identity ===
@@ -130,6 +146,9 @@ impl fmt::Display for Identity {
             Identity::BootstrapToken { id } => write!(f, "bootstrap token {id}"),
             Identity::ClientCertificate { subject, serial } => {
                 write!(f, "client certificate {subject} (serial {serial})")
+            }
+            Identity::ExecPlugin { command } => {
+                write!(f, "the credential of exec plugin {command}")
             }
             Identity::Anonymous => f.write_str("anonymous"),
         }
@@ -182,6 +201,15 @@ impl ApiClient {
         if let Some(proxy) = &proxy {
             tracing::debug!(server = %server.url, %proxy, "API server connections go through a proxy");
         }
+        let exec = match credential {
+            Credential::Exec(plugin) => Some(ExecAuth {
+                plugin: plugin.clone(),
+                ca_pem: ca_pem.to_vec(),
+                tls_server_name: server.tls_server_name.clone(),
+                cert_http: std::sync::Mutex::new(None),
+            }),
+            _ => None,
+        };
         Ok(Self {
             inner: Arc::new(Inner {
                 http,
@@ -195,6 +223,7 @@ impl ApiClient {
                 opts,
                 skew_secs: AtomicI64::new(0),
                 skew_reported: AtomicBool::new(false),
+                exec,
             }),
         })
     }
@@ -241,8 +270,49 @@ impl ApiClient {
     }
 
     /// Send a request; non-2xx answers become `Error::Api` with the decoded `Status`.
+    /// With an exec plugin, the request carries its (cached) credential, and a 401 runs
+    /// the plugin again and sends the request once more: then the answer stands.
     async fn send<B: Serialize>(
         &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+        timeout: Duration,
+    ) -> Result<reqwest::Response, Error> {
+        let Some(exec) = &self.inner.exec else {
+            let (http, auth) = (&self.inner.http, self.inner.auth_header.as_ref());
+            return self.send_as(http, auth, method, path, body, timeout).await;
+        };
+        let mut refreshed = false;
+        loop {
+            let fresh = exec
+                .plugin
+                .credential(self.inner.opts.exec_timeout)
+                .await
+                .map_err(|source| Error::Exec {
+                    server: self.inner.server.clone(),
+                    source,
+                })?;
+            let (http, auth) = self.exec_transport(exec, &fresh)?;
+            let sent = self
+                .send_as(&http, auth.as_ref(), method.clone(), path, body, timeout)
+                .await;
+            match sent {
+                Err(e) if e.is_unauthorized() && !refreshed => {
+                    refreshed = true;
+                    tracing::info!(plugin = %exec.plugin.command(), %method, path, "the API server refused the exec plugin's credential (401); calling the plugin again");
+                    exec.plugin.invalidate(fresh.generation).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// [`send`](Self::send) on `http` with `auth`, once.
+    async fn send_as<B: Serialize>(
+        &self,
+        http: &reqwest::Client,
+        auth: Option<&HeaderValue>,
         method: Method,
         path: &str,
         body: Option<&B>,
@@ -251,12 +321,10 @@ impl ApiClient {
         let url = format!("{}{}", self.inner.base, path);
         let mut headers = HeaderMap::new();
         headers.insert(ACCEPT, HeaderValue::from_static("application/json"));
-        if let Some(auth) = &self.inner.auth_header {
+        if let Some(auth) = auth {
             headers.insert(AUTHORIZATION, auth.clone());
         }
-        let mut req = self
-            .inner
-            .http
+        let mut req = http
             .request(method.clone(), &url)
             .headers(headers)
             .timeout(timeout);

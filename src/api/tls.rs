@@ -49,6 +49,14 @@ pub fn client_config(
             };
             (builder.with_no_client_auth(), identity, Some(value))
         }
+        // The plugin runs when a request needs it (`ApiClient::send`), and a client
+        // certificate it hands out gets a config of its own, built with the arm above.
+        Credential::Exec(plugin) => {
+            let identity = Identity::ExecPlugin {
+                command: plugin.command().to_string(),
+            };
+            (builder.with_no_client_auth(), identity, None)
+        }
         Credential::None => (builder.with_no_client_auth(), Identity::Anonymous, None),
     };
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];

@@ -51,7 +51,8 @@ impl Settings {
         let [lease_renew_interval, lease_duration, csr_timeout] = l.lease_timings()?;
         let metrics_bind_address = l.metrics_bind_address()?;
         let (node_ips, tls_sans) = l.serving_names()?;
-        let [csr_backoff_min, csr_backoff_max, csr_not_issued_warning] = l.csr_timings()?;
+        let [csr_backoff_min, csr_backoff_max, csr_not_issued_warning, exec_plugin_timeout] =
+            l.csr_timings()?;
         let [lease_owner_lookup_interval, shutdown_grace] = l.lookup_and_grace()?;
         let (rotate_certificates, rotation_fraction, rotation_jitter) = l.rotation();
         let (renew_lease, lease_health_probe) = l.lease_switches();
@@ -79,6 +80,7 @@ impl Settings {
             csr_backoff_min,
             csr_backoff_max,
             csr_not_issued_warning,
+            exec_plugin_timeout,
             lease_owner_lookup_interval,
             shutdown_grace,
             log_format,
@@ -161,6 +163,12 @@ impl Settings {
             (
                 "csrNotIssuedWarning",
                 s.csr_not_issued_warning,
+                POSITIVE,
+                MAX_CSR_TIMING,
+            ),
+            (
+                "execPluginTimeout",
+                s.exec_plugin_timeout,
                 POSITIVE,
                 MAX_CSR_TIMING,
             ),

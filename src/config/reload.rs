@@ -66,6 +66,7 @@ reload_table! {
     csr_backoff_min => "csrBackoffMin": Restart,
     csr_backoff_max => "csrBackoffMax": Restart,
     csr_not_issued_warning => "csrNotIssuedWarning": Restart,
+    exec_plugin_timeout => "execPluginTimeout": Restart,
 }
 
 #[cfg(test)]

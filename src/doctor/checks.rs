@@ -5,14 +5,15 @@
 use std::time::SystemTime;
 
 use crate::api;
-use crate::api::kubeconfig::{Credential, KubeconfigError};
+use crate::api::kubeconfig::exec::ExecError;
+use crate::api::kubeconfig::{ClusterAccess, Credential, KubeconfigError};
 use crate::config::{ConfigError, Settings};
 use crate::identity::bootstrap::InstalledError;
 use crate::pki::verify::VerifyError;
 use crate::runtime::health::rfc3339;
 use crate::runtime::report;
 
-use super::observe::{CertObs, HttpFailure, Observations, TlsFailure, Using};
+use super::observe::{CertObs, ExecIssued, HttpFailure, Observations, TlsFailure, Using};
 use super::{CheckId, Outcome};
 
 mod access;
@@ -121,6 +122,11 @@ fn bootstrap_kubeconfig(obs: &Observations) -> Outcome {
                     None,
                 )
             }
+            Credential::Exec(plugin) => match exec_credential(b, plugin.command(), obs, cert_valid)
+            {
+                Ok(outcome) => return outcome,
+                Err(problem) => problem,
+            },
             Credential::None => format!("{}: the user has no token", b.path.display()),
         },
         Some(Err(e)) => report(e),
@@ -170,6 +176,56 @@ fn bootstrap_kubeconfig(obs: &Observations) -> Outcome {
             format!("{problem}; no valid client certificate either, so this node cannot join"),
             NEW_TOKEN,
         )
+    }
+}
+
+/// The verdict on a bootstrap kubeconfig whose user is exec plugin `command`: an outcome,
+/// or (with a valid client certificate, which makes it unneeded) the problem to warn of.
+fn exec_credential(
+    b: &ClusterAccess,
+    command: &str,
+    obs: &Observations,
+    cert_valid: bool,
+) -> Result<Outcome, String> {
+    let (path, server) = (b.path.display(), &b.server);
+    match &obs.exec {
+        Some(Ok(issued)) => {
+            let what = match issued {
+                ExecIssued::Token { id } if id != "<opaque>" => format!("bootstrap token {id}"),
+                ExecIssued::Token { .. } => "a token".to_string(),
+                ExecIssued::ClientCert { subject } => {
+                    format!("a client certificate for {subject}")
+                }
+            };
+            Ok(Outcome::pass(format!(
+                "{path}: server {server}, exec plugin {command} handed out {what}"
+            )))
+        }
+        Some(Err(e)) if !cert_valid => Ok(Outcome::fail(
+            format!("{path}: bootstrap credential: {}", report(e)),
+            exec_fix(e, command),
+        )),
+        Some(Err(e)) => Err(format!("{path}: bootstrap credential: {}", report(e))),
+        None => Ok(Outcome::pass(format!(
+            "{path}: server {server}, exec plugin {command} (not run: the client certificate is valid)"
+        ))),
+    }
+}
+
+/// The fix for an exec plugin that handed out nothing: its install hint when it is not
+/// installed, else running it by hand.
+fn exec_fix(e: &ExecError, command: &str) -> String {
+    match e {
+        ExecError::NotFound {
+            install_hint: Some(hint),
+            ..
+        } => crate::runtime::text::one_line(hint).into_owned(),
+        ExecError::NotFound { .. } => {
+            format!("install {command}, or fix the exec command in the bootstrap kubeconfig")
+        }
+        _ => format!(
+            "{command}  # run the plugin by hand (with its args and env from the bootstrap kubeconfig) to see why; bootlet gives it no stdin"
+        ),
     }
 }
 

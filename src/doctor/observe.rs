@@ -15,6 +15,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Node;
 use tokio::time::timeout;
 
+use crate::api::kubeconfig::exec::{ExecError, Issued};
 use crate::api::kubeconfig::{self, ClusterAccess, Credential, KubeconfigError};
 use crate::api::{self, ApiClient, ClientOptions};
 use crate::cli::Flags;
@@ -64,7 +65,26 @@ pub struct Observations {
     pub kubelet: Option<KubeletObs>,
     /// `/etc/machine-id` of this host, for the stale-Node check.
     pub machine_id: Option<String>,
+    /// The bootstrap kubeconfig's exec plugin, run once when it is the credential doctor
+    /// tests: what it handed out, or why it did not.
+    pub exec: Option<Result<ExecIssued, ExecError>>,
 }
+
+/// What an exec plugin handed out, as doctor shows it (never the secret).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ExecIssued {
+    /// A bootstrap token (its id) or another token (`<opaque>`).
+    Token {
+        id: String,
+    },
+    ClientCert {
+        subject: String,
+    },
+}
+
+/// The most doctor waits for an exec plugin, whatever the daemon's timeout: the contract
+/// bounds the whole run to 10 s.
+pub const EXEC_BUDGET: Duration = Duration::from_secs(5);
 
 /// The installed client certificate.
 #[derive(Debug, Default)]
@@ -121,6 +141,11 @@ pub enum Using {
     },
     BootstrapToken {
         id: String,
+        file: PathBuf,
+    },
+    /// The bootstrap kubeconfig's user is an exec credential plugin.
+    BootstrapExec {
+        command: String,
         file: PathBuf,
     },
     /// The bootstrap kubeconfig's user has a client certificate or no credential at all.
@@ -180,12 +205,48 @@ pub async fn gather(flags: &Flags) -> Observations {
     };
     let settings = settings.clone();
     local(&settings, &mut obs);
+    exec(&settings, &mut obs).await;
     if let Some(cluster) = obs.cluster.clone() {
         let work = network(&settings, &cluster, &mut obs);
         let exceeded = timeout(NETWORK_BUDGET, work).await.is_err();
         obs.net.budget_exceeded = exceeded;
     }
     obs
+}
+
+/// Run the bootstrap kubeconfig's exec plugin once when it is the credential the daemon
+/// would use (a valid certificate makes it unneeded: doctor does not mint a credential it
+/// does not test). A failure leaves no cluster to talk to: the checks after are skipped.
+async fn exec(s: &Settings, obs: &mut Observations) {
+    let Some(Ok(ClusterAccess {
+        credential: Credential::Exec(plugin),
+        ..
+    })) = &obs.bootstrap
+    else {
+        return;
+    };
+    if !matches!(obs.using, Using::BootstrapExec { .. }) {
+        return;
+    }
+    let budget = s.exec_plugin_timeout.min(EXEC_BUDGET);
+    let ran = plugin
+        .credential(budget)
+        .await
+        .map(|fresh| match fresh.issued {
+            Issued::Token(token) => ExecIssued::Token {
+                id: token.id().to_string(),
+            },
+            Issued::ClientCert { chain_pem, .. } => ExecIssued::ClientCert {
+                subject: pki::parse_cert_chain(&chain_pem)
+                    .ok()
+                    .and_then(|c| c.into_iter().next())
+                    .map_or_else(|| "<unparsed>".into(), |(info, _)| info.subject_cn),
+            },
+        });
+    if ran.is_err() {
+        obs.cluster = None;
+    }
+    obs.exec = Some(ran);
 }
 
 /// What the kubelet's unit would start, for the two-bootstrappers and two-rotators warnings.
@@ -290,6 +351,10 @@ fn use_bootstrap(obs: &mut Observations, b: &ClusterAccess) {
             id: t.id().to_string(),
             file: b.path.clone(),
         },
+        Credential::Exec(plugin) => Using::BootstrapExec {
+            command: plugin.command().to_string(),
+            file: b.path.clone(),
+        },
         _ => Using::BootstrapOther {
             file: b.path.clone(),
         },
@@ -374,6 +439,7 @@ async fn network(s: &Settings, cluster: &ClusterAccess, obs: &mut Observations) 
     let opts = ClientOptions {
         request_timeout: REQUEST_TIMEOUT,
         connect_timeout: CONNECT_TIMEOUT,
+        exec_timeout: s.exec_plugin_timeout.min(EXEC_BUDGET),
         ..ClientOptions::default()
     };
     vouch(s, cluster, &opts, obs).await;

@@ -156,7 +156,11 @@ impl IssueError {
 /// Which link an API failure breaks: 401 the credential, 403 RBAC, a TLS handshake that
 /// rejected the server's certificate the CA, anything else the server's reachability.
 pub fn api_check(e: &crate::api::Error) -> CheckId {
-    if e.is_unauthorized() {
+    if matches!(e, crate::api::Error::Exec { .. }) {
+        // The bootstrap kubeconfig's exec plugin handed out nothing: doctor's
+        // bootstrap-kubeconfig check runs it and names why.
+        CheckId::BootstrapKubeconfig
+    } else if e.is_unauthorized() {
         CheckId::Authentication
     } else if e.is_forbidden() {
         CheckId::Authorization

@@ -9,6 +9,7 @@
 mod support;
 
 mod doctor;
+mod exec;
 mod join;
 mod kubeadm;
 mod oldest;

@@ -36,16 +36,16 @@ async fn run_refuses_credentials_it_cannot_use_naming_file_and_key() {
     let ca = testplane::pki::Ca::generate("kubernetes").unwrap();
     let cases = [
         (
-            "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: aws\n",
-            "users[0].user.exec is not supported: bootlet needs a bootstrap token or a client certificate",
+            "    exec:\n      apiVersion: client.authentication.k8s.io/v1alpha1\n      command: aws\n",
+            "users[0].user.exec.apiVersion is not supported: \"client.authentication.k8s.io/v1alpha1\" is not one of client.authentication.k8s.io/v1, client.authentication.k8s.io/v1beta1 (bootlet speaks what the kubelet speaks)",
         ),
         (
             "    auth-provider:\n      name: oidc\n      config: {client-id: kubelet}\n",
-            "users[0].user.auth-provider is not supported: bootlet needs a bootstrap token or a client certificate",
+            "users[0].user.auth-provider is not supported: bootlet needs a bootstrap token, a client certificate or an exec plugin",
         ),
         (
             "    username: kubelet\n    password: hunter2\n",
-            "users[0].user.username is not supported: bootlet needs a bootstrap token or a client certificate",
+            "users[0].user.username is not supported: bootlet needs a bootstrap token, a client certificate or an exec plugin",
         ),
     ];
     for (user, want) in cases {

@@ -15,6 +15,7 @@ mod connection;
 mod crash;
 mod docs;
 mod doctor;
+mod exec;
 mod faults;
 mod fleet;
 mod fuzz;

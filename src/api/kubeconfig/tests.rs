@@ -330,7 +330,8 @@ fn kubectl_reads_the_written_kubelet_kubeconfig() {
 fn user_entries_bootlet_cannot_honour_are_refused_by_key() {
     let f = Fixture::new();
     let kc = f.path("kc.yaml").display().to_string();
-    let needs = "bootlet needs a bootstrap token or a client certificate";
+    let needs = "bootlet needs a bootstrap token, a client certificate or an exec plugin";
+    let versions = "client.authentication.k8s.io/v1, client.authentication.k8s.io/v1beta1";
     let no_as = "bootlet acts as the node itself and never impersonates another user";
     let cert = format!(
         "    client-certificate-data: {}\n    client-key-data: {}",
@@ -339,8 +340,27 @@ fn user_entries_bootlet_cannot_honour_are_refused_by_key() {
     );
     let cases: Vec<(String, String)> = vec![
         (
-            "    exec: {apiVersion: client.authentication.k8s.io/v1, command: aws, args: [eks, get-token]}".into(),
-            format!("{kc}: users[0].user.exec is not supported: {needs}"),
+            "    exec: {apiVersion: client.authentication.k8s.io/v1, command: aws, interactiveMode: Always}".into(),
+            format!(
+                "{kc}: users[0].user.exec.interactiveMode is not supported: Always needs a \
+                 terminal, and bootlet runs as a service without one (client-go refuses it \
+                 the same way); use Never or IfAvailable"
+            ),
+        ),
+        (
+            "    exec: {apiVersion: client.authentication.k8s.io/v1, command: aws}".into(),
+            format!(
+                "{kc}: users[0].user.exec.interactiveMode must be set with \
+                 client.authentication.k8s.io/v1 (Never or IfAvailable), as client-go requires"
+            ),
+        ),
+        (
+            format!("    token: {TOKEN}\n    exec: {{apiVersion: client.authentication.k8s.io/v1beta1, command: aws}}"),
+            format!(
+                "{kc}: users[0].user.token is not supported: the user also has an exec \
+                 plugin, and bootlet presents exactly one identity: keep the plugin or the \
+                 static credential"
+            ),
         ),
         (
             "    auth-provider: {name: oidc, config: {client-id: x}}".into(),
@@ -389,13 +409,17 @@ fn user_entries_bootlet_cannot_honour_are_refused_by_key() {
         "current-context: b\ncontexts:\n- name: b\n  context: {{cluster: c, user: second}}\n\
          clusters:\n- name: c\n  cluster:\n{}\n\
          users:\n- name: first\n  user: {{token: {TOKEN}}}\n\
-         - name: second\n  user: {{exec: {{command: gke-gcloud-auth-plugin}}}}\n",
+         - name: second\n  user: {{exec: {{command: gke-gcloud-auth-plugin, apiVersion: client.authentication.k8s.io/v1alpha1}}}}\n",
         f.good_cluster()
     ));
     let err = read(&p, false).unwrap_err().to_string();
     assert_eq!(
         err,
-        format!("{kc}: users[1].user.exec is not supported: {needs}")
+        format!(
+            "{kc}: users[1].user.exec.apiVersion is not supported: \
+             \"client.authentication.k8s.io/v1alpha1\" is not one of {versions} (bootlet speaks \
+             what the kubelet speaks)"
+        )
     );
     // `extensions` is metadata for other tools: allowed beside a token.
     let p = f.bootstrap(

@@ -1,18 +1,21 @@
-//! A kubeconfig user entry as a `Credential`: a token (inline or `tokenFile`) or a client
-//! certificate and key, exactly one. Every other way to authenticate is refused by its key
-//! (`users[N].user.exec`, ...) instead of being dropped into an anonymous request. The
-//! credential types redact themselves in Debug and have no Display.
+//! A kubeconfig user entry as a `Credential`: a token (inline or `tokenFile`), a client
+//! certificate and key, or an `exec` credential plugin, exactly one. Every other way to
+//! authenticate is refused by its key (`users[N].user.auth-provider`, ...) instead of being
+//! dropped into an anonymous request. The credential types redact themselves in Debug and
+//! have no Display.
 
 use std::fmt;
 
 use kube_client::config::AuthInfo;
 use secrecy::ExposeSecret as _;
 
+use super::exec::{self, ClusterInfo, ExecPlugin};
 use super::{non_empty, KubeconfigError, PemSummary, Reader};
 use crate::pki::{split_pem, PrivateKeyPem};
 
 /// Why a credential kubectl would honour is no use to bootlet.
-const NEEDS_TOKEN_OR_CERT: &str = "bootlet needs a bootstrap token or a client certificate";
+const NEEDS_TOKEN_OR_CERT: &str =
+    "bootlet needs a bootstrap token, a client certificate or an exec plugin";
 const NO_IMPERSONATION: &str =
     "bootlet acts as the node itself and never impersonates another user";
 
@@ -75,6 +78,8 @@ pub enum Credential {
         chain_pem: String,
         key: PrivateKeyPem,
     },
+    /// An exec credential plugin, run when a request needs the credential.
+    Exec(ExecPlugin),
     None,
 }
 
@@ -87,6 +92,7 @@ impl fmt::Debug for Credential {
                 .field("chain_pem", &PemSummary(chain_pem.as_bytes()))
                 .field("key", key)
                 .finish(),
+            Credential::Exec(plugin) => f.debug_tuple("Exec").field(plugin).finish(),
             Credential::None => f.write_str("None"),
         }
     }
@@ -102,6 +108,7 @@ impl Reader<'_> {
         user: &str,
         index: usize,
         auth: Option<&AuthInfo>,
+        cluster: &ClusterInfo<'_>,
     ) -> Result<Credential, KubeconfigError> {
         let Some(auth) = auth else {
             return Ok(Credential::None);
@@ -113,6 +120,9 @@ impl Reader<'_> {
                 key: key(&field),
                 reason,
             });
+        }
+        if let Some(config) = &auth.exec {
+            return self.exec(auth, config, cluster, &key);
         }
         let key_data = auth
             .client_key_data
@@ -161,6 +171,57 @@ impl Reader<'_> {
             });
         }
         self.client_cert(cert, pkey)
+    }
+
+    /// The user's `exec` plugin, which must be its only credential (pure: nothing runs).
+    fn exec(
+        &self,
+        auth: &AuthInfo,
+        config: &kube_client::config::ExecConfig,
+        cluster: &ClusterInfo<'_>,
+        key: &dyn Fn(&str) -> String,
+    ) -> Result<Credential, KubeconfigError> {
+        let others = [
+            ("token", auth.token.is_some()),
+            ("tokenFile", non_empty(&auth.token_file).is_some()),
+            (
+                "client-certificate-data",
+                non_empty(&auth.client_certificate_data).is_some(),
+            ),
+            (
+                "client-certificate",
+                non_empty(&auth.client_certificate).is_some(),
+            ),
+            ("client-key-data", auth.client_key_data.is_some()),
+            ("client-key", non_empty(&auth.client_key).is_some()),
+        ];
+        if let Some((field, _)) = others.iter().find(|(_, set)| *set) {
+            return Err(KubeconfigError::Unsupported {
+                path: self.p(),
+                key: key(field),
+                reason: "the user also has an exec plugin, and bootlet presents exactly one \
+                         identity: keep the plugin or the static credential"
+                    .into(),
+            });
+        }
+        match exec::spec(config, self.path, cluster) {
+            Ok(spec) => Ok(Credential::Exec(ExecPlugin::new(spec))),
+            Err(e) => {
+                let (path, key) = (self.p(), key(&format!("exec.{}", e.key)));
+                Err(match e.unsupported {
+                    true => KubeconfigError::Unsupported {
+                        path,
+                        key,
+                        reason: e.reason,
+                    },
+                    false => KubeconfigError::Invalid {
+                        path,
+                        key,
+                        reason: e.reason,
+                    },
+                })
+            }
+        }
     }
 
     /// The user's token, inline or from `tokenFile`.
@@ -231,62 +292,59 @@ fn refused(auth: &AuthInfo) -> Option<(String, String)> {
         .password
         .as_ref()
         .is_some_and(|p| !p.expose_secret().is_empty());
-    set(auth.exec.is_some(), "exec", NEEDS_TOKEN_OR_CERT)
-        .or_else(|| {
-            set(
-                auth.auth_provider.is_some(),
-                "auth-provider",
-                NEEDS_TOKEN_OR_CERT,
-            )
-        })
-        .or_else(|| {
-            set(
-                non_empty(&auth.username).is_some(),
-                "username",
-                NEEDS_TOKEN_OR_CERT,
-            )
-        })
-        .or_else(|| set(password, "password", NEEDS_TOKEN_OR_CERT))
-        .or_else(|| {
-            set(
-                non_empty(&auth.impersonate).is_some(),
-                "as",
-                NO_IMPERSONATION,
-            )
-        })
-        .or_else(|| {
-            set(
-                non_empty(&auth.impersonate_uid).is_some(),
-                "as-uid",
-                NO_IMPERSONATION,
-            )
-        })
-        .or_else(|| {
-            set(
-                auth.impersonate_groups
-                    .as_ref()
-                    .is_some_and(|g| !g.is_empty()),
-                "as-groups",
-                NO_IMPERSONATION,
-            )
-        })
-        .or_else(|| {
-            set(
-                auth.impersonate_user_extra
-                    .as_ref()
-                    .is_some_and(|e| !e.is_empty()),
-                "as-user-extra",
-                NO_IMPERSONATION,
-            )
-        })
-        .or_else(|| {
-            auth.other.keys().next().map(|unknown| {
-                (
-                    unknown.escape_debug().to_string(),
-                    "it is not a kubeconfig user field (bootlet reads token, tokenFile, \
+    set(
+        auth.auth_provider.is_some(),
+        "auth-provider",
+        NEEDS_TOKEN_OR_CERT,
+    )
+    .or_else(|| {
+        set(
+            non_empty(&auth.username).is_some(),
+            "username",
+            NEEDS_TOKEN_OR_CERT,
+        )
+    })
+    .or_else(|| set(password, "password", NEEDS_TOKEN_OR_CERT))
+    .or_else(|| {
+        set(
+            non_empty(&auth.impersonate).is_some(),
+            "as",
+            NO_IMPERSONATION,
+        )
+    })
+    .or_else(|| {
+        set(
+            non_empty(&auth.impersonate_uid).is_some(),
+            "as-uid",
+            NO_IMPERSONATION,
+        )
+    })
+    .or_else(|| {
+        set(
+            auth.impersonate_groups
+                .as_ref()
+                .is_some_and(|g| !g.is_empty()),
+            "as-groups",
+            NO_IMPERSONATION,
+        )
+    })
+    .or_else(|| {
+        set(
+            auth.impersonate_user_extra
+                .as_ref()
+                .is_some_and(|e| !e.is_empty()),
+            "as-user-extra",
+            NO_IMPERSONATION,
+        )
+    })
+    .or_else(|| {
+        auth.other.keys().next().map(|unknown| {
+            (
+                unknown.escape_debug().to_string(),
+                "it is not a kubeconfig user field (bootlet reads token, tokenFile, \
                      client-certificate[-data] and client-key[-data])"
-                        .to_string(),
-                )
-            })
+                    .to_string(),
+            )
         })
+    })
 }

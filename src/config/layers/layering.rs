@@ -154,8 +154,8 @@ impl<'a, 'x> Layering<'a, 'x> {
         Ok((node_ips, tls_sans))
     }
 
-    /// `csrBackoffMin`, `csrBackoffMax` and `csrNotIssuedWarning`.
-    pub(super) fn csr_timings(&mut self) -> Result<[Duration; 3], ConfigError> {
+    /// `csrBackoffMin`, `csrBackoffMax`, `csrNotIssuedWarning` and `execPluginTimeout`.
+    pub(super) fn csr_timings(&mut self) -> Result<[Duration; 4], ConfigError> {
         let l = self;
         Ok([
             duration!(l, "csrBackoffMin", csr_backoff_min, DEFAULT_CSR_BACKOFF_MIN),
@@ -165,6 +165,12 @@ impl<'a, 'x> Layering<'a, 'x> {
                 "csrNotIssuedWarning",
                 csr_not_issued_warning,
                 DEFAULT_CSR_NOT_ISSUED_WARNING
+            ),
+            duration!(
+                l,
+                "execPluginTimeout",
+                exec_plugin_timeout,
+                DEFAULT_EXEC_PLUGIN_TIMEOUT
             ),
         ])
     }

@@ -43,6 +43,12 @@ fn credential_text(using: &Using) -> String {
         Using::BootstrapToken { id, file } => {
             format!("bootstrap token {id} from {}", file.display())
         }
+        Using::BootstrapExec { command, file } => {
+            format!(
+                "the credential of exec plugin {command} in {}",
+                file.display()
+            )
+        }
         Using::BootstrapOther { file } => format!("the credential in {}", file.display()),
         Using::Nothing => "no credential".into(),
     }
@@ -58,6 +64,9 @@ fn credential_fix(settings: &Settings, using: &Using) -> String {
                 .join("kubelet-client-current.pem")
                 .display()
         ),
+        Using::BootstrapExec { command, .. } => format!(
+            "{command}  # run the plugin by hand (with its args and env from the bootstrap kubeconfig): what does it hand out, and for which cluster?"
+        ),
         _ => NEW_TOKEN.into(),
     }
 }
@@ -70,6 +79,9 @@ pub(super) fn authentication(settings: &Settings, obs: &Observations) -> Outcome
             let name = user.username.clone().unwrap_or_default();
             let ok = match using {
                 Using::BootstrapOther { .. } => name.starts_with("system:bootstrap:"),
+                // A plugin may hand out any identity the cluster lets file a node CSR
+                // (GKE's TPM-attested certificate is not a bootstrap token).
+                Using::BootstrapExec { .. } => !name.is_empty() && name != "system:anonymous",
                 _ => name == expected,
             };
             if !ok {

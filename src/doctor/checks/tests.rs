@@ -14,6 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
 use reqwest::Method;
 
 use super::*;
+use crate::api::kubeconfig::exec::ExecError;
 use crate::api::kubeconfig::{BootstrapToken, ClusterAccess};
 use crate::api::{Error, Identity};
 use crate::cli::Flags;
@@ -91,6 +92,7 @@ fn joining() -> Observations {
         cluster: Some(access),
         kubelet: None,
         machine_id: Some("m1".into()),
+        exec: None,
         net: Net {
             tcp: Some(Ok(())),
             tls: Some(Ok(())),
@@ -681,4 +683,95 @@ fn any_http_answer_is_reachable_and_a_5xx_livez_warns() {
         o.summary.contains("gave no HTTP answer to GET /livez"),
         "{o:?}"
     );
+}
+
+/// [`joining`] with an exec plugin as the bootstrap credential, and what running it gave.
+fn joining_by_exec(ran: Option<Result<ExecIssued, ExecError>>) -> Observations {
+    use crate::api::kubeconfig::exec::{ExecPlugin, ExecSpec};
+    let mut obs = joining();
+    let spec = ExecSpec {
+        command: "/usr/bin/x-auth".into(),
+        program: "/usr/bin/x-auth".into(),
+        args: vec![],
+        env: vec![],
+        api_version: "client.authentication.k8s.io/v1".into(),
+        install_hint: Some("apt-get install x-auth".into()),
+        exec_info: String::new(),
+    };
+    if let Some(Ok(b)) = &mut obs.bootstrap {
+        b.credential = Credential::Exec(ExecPlugin::new(spec));
+    }
+    obs.using = Using::BootstrapExec {
+        command: "/usr/bin/x-auth".into(),
+        file: "/etc/kubernetes/bootstrap-kubelet.conf".into(),
+    };
+    obs.exec = ran;
+    obs
+}
+
+#[test]
+fn an_exec_plugin_is_named_with_what_it_handed_out_or_why_not() {
+    let token = Ok(ExecIssued::Token {
+        id: "abcdef".into(),
+    });
+    let report = evaluate(&joining_by_exec(Some(token)), now());
+    let o = report.get(CheckId::BootstrapKubeconfig);
+    assert_eq!(o.status, Status::Pass, "{o:?}");
+    assert!(
+        o.summary
+            .ends_with("exec plugin /usr/bin/x-auth handed out bootstrap token abcdef"),
+        "{o:?}"
+    );
+    assert_eq!(report.get(CheckId::Authentication).status, Status::Pass);
+
+    let missing = ExecError::NotFound {
+        command: "/usr/bin/x-auth".into(),
+        install_hint: Some("apt-get install x-auth".into()),
+    };
+    let report = evaluate(&joining_by_exec(Some(Err(missing))), now());
+    let o = report.get(CheckId::BootstrapKubeconfig);
+    assert_eq!(o.status, Status::Fail, "{o:?}");
+    assert_eq!(
+        o.summary,
+        "/etc/kubernetes/bootstrap-kubelet.conf: bootstrap credential: exec plugin \
+         /usr/bin/x-auth not found: apt-get install x-auth"
+    );
+    assert_eq!(o.remediation.as_deref(), Some("apt-get install x-auth"));
+    assert_eq!(
+        report.root_cause().map(|(id, _)| id),
+        Some(CheckId::BootstrapKubeconfig)
+    );
+
+    let failed = ExecError::Failed {
+        command: "/usr/bin/x-auth".into(),
+        status: "exit status 1".into(),
+        stderr: "no metadata server".into(),
+    };
+    let o = evaluate(&joining_by_exec(Some(Err(failed))), now())
+        .get(CheckId::BootstrapKubeconfig)
+        .clone();
+    assert_eq!(o.status, Status::Fail, "{o:?}");
+    assert!(
+        o.summary.ends_with(
+            "exec plugin /usr/bin/x-auth failed: exit status 1: stderr: no metadata server"
+        ),
+        "{o:?}"
+    );
+    assert!(o
+        .remediation
+        .unwrap()
+        .starts_with("/usr/bin/x-auth  # run the plugin by hand"));
+
+    let cert = Ok(ExecIssued::ClientCert {
+        subject: "kubelet-bootstrap".into(),
+    });
+    let mut obs = joining_by_exec(Some(cert));
+    obs.net.review = Some(Ok(user("kubelet-bootstrap", &["system:bootstrappers"])));
+    let report = evaluate(&obs, now());
+    assert!(report
+        .get(CheckId::BootstrapKubeconfig)
+        .summary
+        .ends_with("handed out a client certificate for kubelet-bootstrap"));
+    let o = report.get(CheckId::Authentication);
+    assert_eq!(o.status, Status::Pass, "{o:?}");
 }

@@ -138,6 +138,7 @@ fn kubeconfig_case(input: &[u8]) -> Verdict {
     let cred = match access.credential {
         Credential::Token(_) => "token",
         Credential::ClientCert { .. } => "cert",
+        Credential::Exec(_) => "exec",
         Credential::None => "none",
     };
     Ok(format!(
