@@ -147,6 +147,9 @@ pub struct Net {
     pub csr: Option<Result<CsrObs, api::Error>>,
     pub node: Option<Result<Node, api::Error>>,
     pub lease: Option<Result<Lease, api::Error>>,
+    /// Every `kubernetes.io/kubelet-serving` CSR (the `serving-csr` check), with a valid
+    /// client certificate.
+    pub serving_csrs: Option<Result<Vec<CertificateSigningRequest>, api::Error>>,
     /// The network part hit [`NETWORK_BUDGET`].
     pub budget_exceeded: bool,
 }
@@ -420,7 +423,11 @@ async fn network(s: &Settings, cluster: &ClusterAccess, obs: &mut Observations) 
     let pending = csr::pending_name(s);
     let lease_path =
         format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}");
-    let (skew, review, token_review, create, approve, csr, node_obj, lease) = tokio::join!(
+    let serving_path = format!(
+        "{}?fieldSelector=spec.signerName%3Dkubernetes.io%2Fkubelet-serving",
+        crate::identity::csr::CSR_PATH
+    );
+    let (skew, review, token_review, create, approve, csr, node_obj, lease, serving) = tokio::join!(
         async {
             match clock.get::<serde_json::Value>("/version").await {
                 Err(e) if !matches!(e, api::Error::Api { .. }) => Err(e),
@@ -451,6 +458,16 @@ async fn network(s: &Settings, cluster: &ClusterAccess, obs: &mut Observations) 
                 None
             }
         },
+        async {
+            if cert {
+                let list = client
+                    .get::<k8s_openapi::List<CertificateSigningRequest>>(&serving_path)
+                    .await;
+                Some(list.map(|l| l.items))
+            } else {
+                None
+            }
+        },
     );
     net.skew = Some(skew);
     net.review = Some(review);
@@ -460,6 +477,7 @@ async fn network(s: &Settings, cluster: &ClusterAccess, obs: &mut Observations) 
     net.csr = Some(csr);
     net.node = node_obj;
     net.lease = lease;
+    net.serving_csrs = serving;
 }
 
 async fn self_review(client: &ApiClient) -> Result<UserInfo, api::Error> {
