@@ -131,12 +131,17 @@ pub fn subcommand_markdown() -> String {
             let Some(long) = arg.get_long() else { continue };
             let value = arg
                 .get_value_names()
+                .filter(|_| arg.get_action().takes_values())
                 .map(|n| format!(" {}", n.join(" ")))
+                .unwrap_or_default();
+            let short = arg
+                .get_short()
+                .map(|c| format!("-{c}, "))
                 .unwrap_or_default();
             let text = arg.get_help().map(ToString::to_string).unwrap_or_default();
             let (help, default) = split_default(&text);
             out.push_str(&format!(
-                "| `{}` | `--{long}{value}` | {} | {} |\n",
+                "| `{}` | `{short}--{long}{value}` | {} | {} |\n",
                 sub.get_name(),
                 default_cell(&default),
                 cell(&help)
