@@ -8,6 +8,9 @@ pub mod controller;
 pub mod leader;
 pub mod policy;
 
+#[cfg(test)]
+mod outage_tests;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
