@@ -144,7 +144,7 @@ pub async fn run(
         let outcome = attempt(&client, &e, &mut observed, &mut version).await;
         let now = Instant::now();
         match outcome {
-            Ok(true) => {
+            Ok(Tried::Held) => {
                 warned = false;
                 if last_renew.is_none() {
                     tracing::info!(lease = %format!("{}/{}", e.namespace, e.name), identity = %e.identity, "became the leader: approving kubelet-serving CSRs");
@@ -152,7 +152,18 @@ pub async fn run(
                 last_renew = Some(now);
                 set(&leading, true);
             }
-            Ok(false) => {
+            Ok(Tried::Conflict) => {
+                // Another write came first (client-go: a failed try): a leader keeps
+                // acting until its renew deadline, as after any failed renewal.
+                if let Some(t) = last_renew {
+                    if now.saturating_duration_since(t) >= e.renew_deadline {
+                        tracing::warn!(identity = %e.identity, "the Lease changed under us past the renew deadline: no longer the leader");
+                        last_renew = None;
+                        set(&leading, false);
+                    }
+                }
+            }
+            Ok(Tried::Waiting) => {
                 if let Some(t) = last_renew.take() {
                     tracing::warn!(identity = %e.identity, since = ?now - t, "another replica holds the Lease: no longer the leader");
                 }
@@ -189,13 +200,24 @@ fn set(leading: &watch::Sender<bool>, on: bool) {
     leading.send_if_modified(|v| std::mem::replace(v, on) != on);
 }
 
-/// One try: read, plan, write. `Ok(true)`: we hold the Lease now.
+/// How one try went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tried {
+    /// We hold the Lease now.
+    Held,
+    /// Another identity holds it and it has not expired.
+    Waiting,
+    /// Our write lost a race (409).
+    Conflict,
+}
+
+/// One try: read, plan, write.
 async fn attempt(
     client: &ApiClient,
     e: &Election,
     observed: &mut Observed,
     version: &mut Option<String>,
-) -> Result<bool, api::Error> {
+) -> Result<Tried, api::Error> {
     let path = e.path();
     let current = match client.get::<Lease>(&path).await {
         Ok(l) => Some(l),
@@ -204,7 +226,7 @@ async fn attempt(
     };
     let plan = e.plan(current.as_ref(), observed, Instant::now(), clock::now());
     let spec = match plan {
-        Plan::Wait { .. } => return Ok(false),
+        Plan::Wait { .. } => return Ok(Tried::Waiting),
         Plan::Write(spec) => spec,
     };
     let written: Result<Lease, api::Error> = match current {
@@ -233,10 +255,10 @@ async fn attempt(
             *version = lease.metadata.resource_version.clone();
             observed.record = Some(Record::of(&lease));
             observed.at = Some(Instant::now());
-            Ok(true)
+            Ok(Tried::Held)
         }
         // Another replica wrote first: not ours this round.
-        Err(err) if err.is_conflict() || err.is_already_exists() => Ok(false),
+        Err(err) if err.is_conflict() || err.is_already_exists() => Ok(Tried::Conflict),
         Err(err) => Err(err),
     }
 }
