@@ -94,7 +94,7 @@ fn run(flags: &cli::Flags) -> ExitCode {
 fn approve(flags: &cli::approve::ApproveFlags) -> ExitCode {
     use bootlet::approve;
     let sa = std::path::Path::new(approve::SERVICE_ACCOUNT_DIR);
-    let settings = match approve::Settings::from_flags(flags, sa) {
+    let settings = match approve::Settings::from_flags(flags, sa, |k| std::env::var(k).ok()) {
         Ok(s) => s,
         Err(e) => return fail(&e),
     };

@@ -61,7 +61,12 @@ pub enum ApproveError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
     Kubeconfig(PathBuf),
-    InCluster { dir: PathBuf },
+    /// The pod's service account files in `dir`; `service` is `KUBERNETES_SERVICE_HOST`
+    /// and `_PORT` (None when either is unset: not in a pod).
+    InCluster {
+        dir: PathBuf,
+        service: Option<(String, String)>,
+    },
 }
 
 /// `bootlet approve`'s validated settings.
@@ -80,8 +85,13 @@ pub struct Settings {
 
 impl Settings {
     /// Flags over the `DEFAULT_APPROVE_*` consts; `sa_dir` is where the service account's
-    /// files are (its `namespace` names the Lease's namespace when not given).
-    pub fn from_flags(f: &ApproveFlags, sa_dir: &Path) -> Result<Settings, ApproveError> {
+    /// files are (its `namespace` names the Lease's namespace when not given), `env` reads
+    /// the environment (`KUBERNETES_SERVICE_HOST`/`_PORT`).
+    pub fn from_flags(
+        f: &ApproveFlags,
+        sa_dir: &Path,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Settings, ApproveError> {
         let bad = |flag: &'static str, reason: String| ApproveError::Flag { flag, reason };
         let dns_pattern = match &f.allowed_dns_pattern {
             Some(p) => Some(DnsPattern::new(p).map_err(|e| bad("allowed-dns-pattern", e))?),
@@ -161,6 +171,9 @@ impl Settings {
                 Some(p) => Source::Kubeconfig(p.clone()),
                 None => Source::InCluster {
                     dir: sa_dir.to_path_buf(),
+                    service: env("KUBERNETES_SERVICE_HOST")
+                        .zip(env("KUBERNETES_SERVICE_PORT"))
+                        .filter(|(h, p)| !h.is_empty() && !p.is_empty()),
                 },
             },
             policy: Policy {
@@ -202,12 +215,8 @@ fn default_identity() -> String {
 pub fn access(source: &Source) -> Result<ClusterAccess, ApproveError> {
     match source {
         Source::Kubeconfig(path) => Ok(kubeconfig::read(path, false)?),
-        Source::InCluster { dir } => {
-            let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-            let (Some(host), Some(port)) = (
-                env("KUBERNETES_SERVICE_HOST"),
-                env("KUBERNETES_SERVICE_PORT"),
-            ) else {
+        Source::InCluster { dir, service } => {
+            let Some((host, port)) = service.clone() else {
                 return Err(ApproveError::InCluster {
                     what: "KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT are not set: not in a pod; pass --kubeconfig".into(),
                 });
@@ -319,4 +328,147 @@ pub async fn run(settings: Settings) -> Result<(), ApproveError> {
         let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Settings::from_flags(&ApproveFlags::default(), dir.path(), env(&[])).unwrap();
+        let e = s.election.unwrap();
+        assert_eq!(
+            (e.lease_duration, e.renew_deadline, e.retry_period),
+            (
+                Duration::from_secs(15),
+                Duration::from_secs(10),
+                Duration::from_secs(2)
+            )
+        );
+        assert_eq!(
+            (e.namespace.as_str(), e.name.as_str()),
+            ("bootlet-approver", "bootlet-approver")
+        );
+        assert_eq!(
+            s.metrics_bind_address,
+            Some("0.0.0.0:10272".parse().unwrap())
+        );
+        assert_eq!(s.on_mismatch, OnMismatch::Deny);
+        assert!(s.policy.allow_node_name_dns);
+        assert_eq!(s.policy.max_expiration_seconds, 365 * 24 * 3600);
+        assert_eq!(
+            s.source,
+            Source::InCluster {
+                dir: dir.path().to_path_buf(),
+                service: None
+            }
+        );
+    }
+
+    #[test]
+    fn the_service_accounts_namespace_holds_the_lease() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("namespace"), "kube-system\n").unwrap();
+        let s = Settings::from_flags(&ApproveFlags::default(), dir.path(), env(&[])).unwrap();
+        assert_eq!(s.election.unwrap().namespace, "kube-system");
+    }
+
+    #[test]
+    fn inconsistent_timings_and_bad_values_name_their_flag() {
+        let dir = tempfile::tempdir().unwrap();
+        let load = |f: ApproveFlags| {
+            Settings::from_flags(&f, dir.path(), env(&[]))
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        let secs = |n| Some(Duration::from_secs(n));
+        let cases = [
+            (
+                ApproveFlags {
+                    leader_elect_lease_duration: secs(10),
+                    ..Default::default()
+                },
+                "--leader-elect-lease-duration",
+            ),
+            (
+                ApproveFlags {
+                    leader_elect_retry_period: secs(9),
+                    ..Default::default()
+                },
+                "--leader-elect-renew-deadline",
+            ),
+            (
+                ApproveFlags {
+                    max_expiration: secs(60),
+                    ..Default::default()
+                },
+                "--max-expiration",
+            ),
+            (
+                ApproveFlags {
+                    allowed_dns_pattern: Some("(".into()),
+                    ..Default::default()
+                },
+                "--allowed-dns-pattern",
+            ),
+            (
+                ApproveFlags {
+                    metrics_bind_address: Some("nowhere".into()),
+                    ..Default::default()
+                },
+                "--metrics-bind-address",
+            ),
+        ];
+        for (flags, flag) in cases {
+            let err = load(flags).unwrap_err();
+            assert!(err.starts_with(flag), "{err}");
+        }
+        let off = ApproveFlags {
+            metrics_bind_address: Some("off".into()),
+            leader_elect: Some(false),
+            ..Default::default()
+        };
+        let s = Settings::from_flags(&off, dir.path(), env(&[])).unwrap();
+        assert!(s.metrics_bind_address.is_none() && s.election.is_none());
+    }
+
+    #[test]
+    fn in_cluster_reads_the_service_account_and_the_service_address() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("token"), "eyJhbGciOi.payload.sig\n").unwrap();
+        std::fs::write(dir.path().join("ca.crt"), "CA").unwrap();
+        let s = Settings::from_flags(
+            &ApproveFlags::default(),
+            dir.path(),
+            env(&[
+                ("KUBERNETES_SERVICE_HOST", "fd00::1"),
+                ("KUBERNETES_SERVICE_PORT", "443"),
+            ]),
+        )
+        .unwrap();
+        let a = access(&s.source).unwrap();
+        assert_eq!(a.server.url, "https://[fd00::1]:443");
+        assert_eq!(a.ca_pem, b"CA");
+        assert_eq!(
+            a.credential,
+            Credential::Token(BootstrapToken::new("eyJhbGciOi.payload.sig"))
+        );
+        // Debug never shows the token.
+        assert!(!format!("{a:?}").contains("payload"), "{a:?}");
+        // Outside a pod: one line that says what to do.
+        let s = Settings::from_flags(&ApproveFlags::default(), dir.path(), env(&[])).unwrap();
+        let err = access(&s.source).unwrap_err().to_string();
+        assert!(err.contains("pass --kubeconfig"), "{err}");
+    }
 }
