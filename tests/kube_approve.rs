@@ -83,7 +83,11 @@ async fn approver(c: &Cluster, id: &str, extra: &[&str]) -> Agent {
     .map(|s| s.to_string())
     .collect();
     args.extend(extra.iter().map(|s| s.to_string()));
-    Agent::spawn(&args)
+    match std::env::var_os("BOOTLET_APPROVE_BIN") {
+        // Another build of bootlet (the release one, to measure its memory).
+        Some(bin) => Agent::spawn_bin(std::path::Path::new(&bin), &args),
+        None => Agent::spawn(&args),
+    }
 }
 
 /// A Node named `name` reporting `addrs` ((type, address) pairs).
