@@ -278,14 +278,8 @@ fn a_serving_csr_whose_sans_match_its_node_is_approved_within_a_second() {
             .lines()
             .filter(|l| l.starts_with("VmRSS") || l.starts_with("VmHWM"))
             .collect();
-        eprintln!(
-            "approver after 4 approvals ({} build): {rss:?}",
-            if cfg!(debug_assertions) {
-                "debug"
-            } else {
-                "release"
-            }
-        );
+        let build = std::env::var("BOOTLET_APPROVE_BIN").unwrap_or_else(|_| "this test's".into());
+        eprintln!("approver after 4 approvals ({build} build): {rss:?}");
         let (status, log) = a.terminate().await;
         assert!(status.success(), "{log}");
         assert!(log.contains("released the leader Lease"), "{log}");
