@@ -678,3 +678,75 @@ fn doctor_says_no_approver_is_acting_when_a_serving_csr_waits_alone() {
         agent.terminate().await;
     })
 }
+
+/// The whole of `config/approver` is accepted by the real API server (server-side dry
+/// run), and the Deployment's pod passes the namespace's `restricted` Pod Security level:
+/// the pod itself is created (dry run) where PodSecurity admission enforces it.
+#[ignore = "needs the Kubernetes components built from upstream (Go; 15-20 min cold): run bash tests/run.sh"]
+#[test]
+fn the_manifests_apply_and_the_pod_meets_the_restricted_pod_security_level() {
+    block_on(async {
+        let c = cluster().await;
+        approver_kubeconfig(c).await; // the namespace exists, labelled
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/approver");
+        let out = kubectl(
+            c,
+            &["apply", "-k", &support::path(&root), "--dry-run=server"],
+        )
+        .await;
+        for object in [
+            "namespace/bootlet-approver",
+            "serviceaccount/bootlet-approver",
+            "clusterrole.rbac.authorization.k8s.io/bootlet-approver",
+            "role.rbac.authorization.k8s.io/bootlet-approver-leader",
+            "deployment.apps/bootlet-approver",
+            "poddisruptionbudget.policy/bootlet-approver",
+        ] {
+            assert!(out.contains(object), "{object} missing: {out}");
+        }
+        let deployment: Value = serde_json::from_str(
+            &kubectl(
+                c,
+                &[
+                    "create",
+                    "--dry-run=client",
+                    "-o",
+                    "json",
+                    "-f",
+                    &support::path(&root.join("deployment.yaml")),
+                ],
+            )
+            .await,
+        )
+        .unwrap();
+        assert_eq!(deployment["spec"]["replicas"], 2);
+        let pod = json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "approver-pss", "namespace": "bootlet-approver"},
+            "spec": deployment["spec"]["template"]["spec"],
+        });
+        let file = c.state_dir().join("approver-pod.json");
+        std::fs::write(&file, pod.to_string()).unwrap();
+        let (ok, out) = support::kube::kubectl_as(
+            c,
+            &c.admin_kubeconfig(),
+            &["create", "--dry-run=server", "-f", &support::path(&file)],
+        )
+        .await;
+        assert!(ok, "the restricted level refuses the approver's pod: {out}");
+        assert!(!out.contains("Warning"), "{out}");
+        // And the level is enforced: a pod that runs as root is refused.
+        let mut root_pod = pod.clone();
+        root_pod["spec"]["securityContext"]["runAsNonRoot"] = json!(false);
+        root_pod["metadata"]["name"] = json!("approver-root");
+        std::fs::write(&file, root_pod.to_string()).unwrap();
+        let (ok, out) = support::kube::kubectl_as(
+            c,
+            &c.admin_kubeconfig(),
+            &["create", "--dry-run=server", "-f", &support::path(&file)],
+        )
+        .await;
+        assert!(!ok && out.contains("restricted"), "{out}");
+    })
+}
