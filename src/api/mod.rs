@@ -91,8 +91,16 @@ impl Default for ClientOptions {
 /// Who we are to the API server, as logged (never the secret part).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Identity {
-    BootstrapToken { id: String },
-    ClientCertificate { subject: String, serial: String },
+    BootstrapToken {
+        id: String,
+    },
+    /// Any other bearer token (a service account's, for `bootlet approve`): nothing of it
+    /// is shown.
+    Token,
+    ClientCertificate {
+        subject: String,
+        serial: String,
+    },
     Anonymous,
 }
 
@@ -128,6 +136,7 @@ impl fmt::Display for Identity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Identity::BootstrapToken { id } => write!(f, "bootstrap token {id}"),
+            Identity::Token => f.write_str("bearer token"),
             Identity::ClientCertificate { subject, serial } => {
                 write!(f, "client certificate {subject} (serial {serial})")
             }
