@@ -661,6 +661,37 @@ fn doctor_says_no_approver_is_acting_when_a_serving_csr_waits_alone() {
             .await;
         let summary = run.summary("serving-csr");
         eprintln!("doctor serving-csr: {summary} / {}", run.fix("serving-csr"));
+        // The oracle: was any other kubelet-serving CSR decided since ours was filed? (Then
+        // doctor rightly says the approver leaves this one alone; the tests before this one
+        // decide many, and timestamps have whole seconds.)
+        let ours = get_csr(c, &name).await;
+        let filed = ours["metadata"]["creationTimestamp"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let others = support::kube::csrs_where(c, |csr| {
+            csr["spec"]["signerName"] == SERVING
+                && csr["metadata"]["name"] != name.as_str()
+                && decisions(csr).iter().any(|d| {
+                    d["lastUpdateTime"]
+                        .as_str()
+                        .is_some_and(|t| t >= filed.as_str())
+                })
+        })
+        .await;
+        if !others.is_empty() {
+            let named: Vec<&str> = others
+                .iter()
+                .map(|o| o["metadata"]["name"].as_str().unwrap())
+                .collect();
+            eprintln!("decided since {filed}: {named:?}");
+            assert!(
+                summary.contains("while other kubelet-serving CSRs were decided"),
+                "{summary}"
+            );
+            agent.terminate().await;
+            return;
+        }
         assert!(
             summary.starts_with(&format!(
                 "no approver is acting: serving CSR {name} has been pending for"
