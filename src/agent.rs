@@ -71,6 +71,7 @@ async fn start(settings: Settings, hooks: LeaseHooks) -> Result<(), Error> {
         let endpoints = server::Endpoints {
             health: health.clone(),
             serving: settings.rotate_server_certificates,
+            approver: false,
         };
         tokio::spawn(server::serve(listener, endpoints, shutdown.clone()));
     }

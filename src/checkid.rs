@@ -20,6 +20,7 @@ pub enum CheckId {
     ClientCertificate,
     Node,
     Lease,
+    ServingCsr,
 }
 
 /// One doctor check.
@@ -42,7 +43,7 @@ pub struct Check {
 
 /// Every check, in the contract's order: row `i` is the check whose id is the `i`th
 /// variant (a unit test holds this).
-pub const CHECKS: [Check; 11] = [
+pub const CHECKS: [Check; 12] = [
     Check {
         id: CheckId::Config,
         name: "config",
@@ -119,6 +120,13 @@ pub const CHECKS: [Check; 11] = [
         title: "Node Lease",
         depends_on: &[CheckId::ClientCertificate],
         observes: "The node Lease in `kube-node-lease`. Names a stale Lease and one held by another identity.",
+    },
+    Check {
+        id: CheckId::ServingCsr,
+        name: "serving-csr",
+        title: "Serving certificate approval",
+        depends_on: &[CheckId::ClientCertificate],
+        observes: "The newest `kubernetes.io/kubelet-serving` CSR requested by this node (filed by bootlet or by the kubelet's `serverTLSBootstrap`), and whether any kubelet-serving CSR was decided since it was filed. kube-controller-manager never approves these: one pending over a minute with none decided since means no approver acts (deploy `config/approver`, [approver.md](approver.md), or `kubectl certificate approve`); one pending while others are decided is left alone by the approver; a denied one names the rule and message that denied it.",
     },
 ];
 

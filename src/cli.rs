@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::{builder::BoolishValueParser, ArgAction, Args, Parser, Subcommand, ValueEnum};
 
+pub mod approve;
 pub mod docs;
 #[cfg(feature = "test-hooks")]
 pub mod hooks;
@@ -33,6 +34,8 @@ pub enum Command {
         ca_hashes: Vec<String>,
         timeout: Duration,
     },
+    /// The kubelet-serving CSR approver (in the cluster, or on a control-plane host).
+    Approve(approve::ApproveFlags),
     /// Print the version and the supported Kubernetes versions.
     Version,
     /// Packaging (hidden): write the man pages or the shell completions into a directory.
@@ -219,6 +222,7 @@ where
             ca_hashes: discovery_token_ca_cert_hash,
             timeout: timeout.unwrap_or(defaults::DEFAULT_REJOIN_TIMEOUT),
         },
+        Some(Sub::Approve(flags)) => Command::Approve(flags),
         Some(Sub::Version) => Command::Version,
         Some(Sub::Generate { what, dir }) => Command::Generate { what, dir },
     })
@@ -229,7 +233,7 @@ pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
 }
 
-fn dflt(help: &str, default: impl std::fmt::Display) -> String {
+pub(crate) fn dflt(help: &str, default: impl std::fmt::Display) -> String {
     format!("{help} [default: {default}]")
 }
 
@@ -286,6 +290,16 @@ enum Sub {
         #[arg(long, value_name = "DUR", value_parser = parse_duration)]
         timeout: Option<Duration>,
     },
+    /// Approve the kubelet's serving-certificate CSRs whose SANs match its Node; deny the rest
+    ///
+    /// Watches kubernetes.io/kubelet-serving CertificateSigningRequests and approves one only
+    /// when a node requests it for itself (system:node:NAME in system:nodes, the same CN and
+    /// O system:nodes), with the serving usages, and every IP and DNS SAN is an address of
+    /// Node NAME (or its name, or matches --allowed-dns-pattern) and none another Node's.
+    /// Anything else is denied with the rule it broke as the reason (or left Pending with
+    /// --on-mismatch ignore). Runs as a Deployment with leader election (config/approver/)
+    /// or under systemd on a control-plane host (docs/approver.md).
+    Approve(approve::ApproveFlags),
     /// Print the version, and the Kubernetes versions this build supports and was tested against
     Version,
     /// Write the man pages (`man`) or the bash, zsh and fish completions (`completions`) into

@@ -78,3 +78,24 @@ pub const MAX_LEASE_OWNER_LOOKUP_INTERVAL: Duration = Duration::from_secs(24 * 3
 /// The cap of `shutdownGrace`: systemd's stop timeout (10 s in bootlet.service) kills the
 /// agent long before; five minutes leaves room for a drop-in that raises it.
 pub const MAX_SHUTDOWN_GRACE: Duration = Duration::from_secs(300);
+
+// `bootlet approve` (the kubelet-serving approver, src/approve/).
+
+/// The approver's `/metrics`: on every address, as a pod is scraped on its own IP. 10272
+/// is next to the agent's 10271 and outside every port a Kubernetes component uses
+/// (10248–10259, 10260 for cloud-controller webhooks, 6443, 2379–2381); kubelet-csr-approver's
+/// 8080 collides with many web servers on a control-plane host.
+pub const DEFAULT_APPROVE_METRICS_BIND_ADDRESS: &str = "0.0.0.0:10272";
+/// client-go's leader-election defaults: a dead leader is replaced within 15 s.
+pub const DEFAULT_APPROVE_LEASE_DURATION: Duration = Duration::from_secs(15);
+pub const DEFAULT_APPROVE_RENEW_DEADLINE: Duration = Duration::from_secs(10);
+pub const DEFAULT_APPROVE_RETRY_PERIOD: Duration = Duration::from_secs(2);
+/// Two replicas, one acting.
+pub const DEFAULT_APPROVE_LEADER_ELECT: bool = true;
+pub const DEFAULT_APPROVE_LEASE_NAME: &str = "bootlet-approver";
+/// Where the Lease lives when the service account's namespace is unknown (out of cluster).
+pub const DEFAULT_APPROVE_NAMESPACE: &str = "bootlet-approver";
+/// The kubelet requests its hostname, which is the node name unless overridden.
+pub const DEFAULT_APPROVE_ALLOW_NODE_NAME_DNS: bool = true;
+/// kube-controller-manager's default `--cluster-signing-duration`: a year.
+pub const DEFAULT_APPROVE_MAX_EXPIRATION: Duration = Duration::from_secs(365 * 24 * 3600);

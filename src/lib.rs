@@ -6,6 +6,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod approve;
 pub mod checkid;
 pub mod cli;
 pub mod config;

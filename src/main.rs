@@ -39,6 +39,7 @@ fn main() -> ExitCode {
             }
         },
         Command::Run(flags) => run(&flags),
+        Command::Approve(flags) => approve(&flags),
         Command::CheckIdentity(flags) => check_identity(&flags),
         Command::Rejoin {
             flags,
@@ -84,6 +85,28 @@ fn run(flags: &cli::Flags) -> ExitCode {
     #[cfg(feature = "test-hooks")]
     let agent = agent::run_with_hooks(settings, agent::TestHooks::from(&flags.test));
     match runtime.block_on(agent) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(&e),
+    }
+}
+
+/// `bootlet approve`: the kubelet-serving approver on a single-threaded runtime.
+fn approve(flags: &cli::approve::ApproveFlags) -> ExitCode {
+    use bootlet::approve;
+    let sa = std::path::Path::new(approve::SERVICE_ACCOUNT_DIR);
+    let settings = match approve::Settings::from_flags(flags, sa, |k| std::env::var(k).ok()) {
+        Ok(s) => s,
+        Err(e) => return fail(&e),
+    };
+    telemetry::init(settings.log_format, settings.verbosity);
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => return fail(&e),
+    };
+    match runtime.block_on(approve::run(settings)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e),
     }

@@ -41,22 +41,27 @@ const ROTATION_AGE_BUCKETS: [f64; 10] = [
 ];
 /// CSR approval waits: an auto-approver answers in well under a second, a human in minutes.
 const CSR_WAIT_BUCKETS: [f64; 10] = [0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 1800.0, 3600.0];
+/// The approver's decision latency, CSR creationTimestamp (whole seconds) to the decision:
+/// a watching approver answers within a second, one that relisted after an outage in tens.
+const APPROVAL_BUCKETS: [f64; 10] = [0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 300.0, 3600.0];
 /// A Lease PUT on loopback takes about a millisecond; the attempt bound is seconds.
 const LEASE_BUCKETS: [f64; 11] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
 ];
 
 /// Declares every family once: its field, type, registry (`r` bootlet's and the kubelet's
-/// client figures, `s` the serving certificate's), name, help and labels. Expands to the
+/// client figures, `s` the serving certificate's, `a` `bootlet approve`'s), name, help and
+/// labels. Expands to the
 /// [`Metrics`] struct and its constructor; the loops update a family through a method.
 macro_rules! families {
-    ($r:ident, $s:ident, $lease:ident; $($field:ident: $ty:ty = $init:expr,)*) => {
+    ($r:ident, $s:ident, $a:ident, $lease:ident; $($field:ident: $ty:ty = $init:expr,)*) => {
         /// Every metric bootlet exports. One per process ([`METRICS`]); the serving
         /// certificate's families are in a registry of their own, exported only when
         /// bootlet obtains it.
         pub struct Metrics {
             registry: Registry,
             serving_registry: Registry,
+            approver_registry: Registry,
             $($field: $ty,)*
         }
 
@@ -64,13 +69,15 @@ macro_rules! families {
             fn new() -> Self {
                 let registry = Registry::new();
                 let serving_registry = Registry::new();
-                let ($r, $s) = (&registry, &serving_registry);
+                let approver_registry = Registry::new();
+                let ($r, $s, $a) = (&registry, &serving_registry, &approver_registry);
                 register_process_info($r);
                 let $lease = |result: &str| lease_counter($r, result);
                 let metrics = Self {
                     $($field: $init,)*
                     registry,
                     serving_registry,
+                    approver_registry,
                 };
                 metrics.profile_series(Purpose::Client);
                 metrics
@@ -80,7 +87,7 @@ macro_rules! families {
 }
 
 families! {
-    r, s, lease;
+    r, s, a, lease;
     // The kubelet's names.
     client_ttl: Gauge = gauge(r, "kubelet_certificate_manager_client_ttl_seconds", "Gauge of the TTL (time-to-live) of the Kubelet's client certificate. The value is in seconds until certificate expiry (negative if already expired). If client certificate is invalid or unused, the value will be +INF."),
     client_renew_errors: IntCounter = counter(r, "kubelet_certificate_manager_client_expiration_renew_errors", "Counter of certificate renewal errors."),
@@ -100,6 +107,12 @@ families! {
     lease_protobuf: IntGauge = registered(r, IntGauge::new("bootlet_lease_protobuf", "1 while the Lease goes on the wire as protobuf, 0 as JSON (the server refused protobuf).").expect("valid metric name")),
     lease_paused: IntGaugeVec = registered(r, IntGaugeVec::new(Opts::new("bootlet_lease_paused", "1 while the Lease loop does not write the Lease, by reason: other_writer (another writer renews it: the kubelet, when it renews its own Lease, wants renewLease: false), other_writer_stopped (that writer stopped and bootlet does not take over: the node goes NotReady), health_probe (--lease-health-probe fails: the node goes NotReady); 0 otherwise."), &["reason"]).expect("valid metric")),
     api_requests: IntCounterVec = registered(r, IntCounterVec::new(Opts::new("bootlet_api_requests_total", "Requests to the API server by HTTP method and status code (<error> when no answer came)."), &["verb", "code"]).expect("valid metric")),
+    // `bootlet approve`'s.
+    approver_approved: IntCounter = counter(a, "bootlet_approver_approved_total", "kubelet-serving CSRs approved by bootlet approve."),
+    approver_denied: IntCounterVec = registered(a, IntCounterVec::new(Opts::new("bootlet_approver_denied_total", "kubelet-serving CSRs denied by bootlet approve, by the rule that failed (the Denied condition's reason)."), &["rule"]).expect("valid metric")),
+    approver_ignored: IntCounterVec = registered(a, IntCounterVec::new(Opts::new("bootlet_approver_ignored_total", "kubelet-serving CSRs that failed a rule and were left Pending (--on-mismatch ignore), by rule."), &["rule"]).expect("valid metric")),
+    approver_latency: HistogramVec = registered(a, HistogramVec::new(HistogramOpts::new("bootlet_approver_decision_latency_seconds", "Seconds from a kubelet-serving CSR's creationTimestamp (whole seconds) to bootlet approve's decision, by decision (approved, denied).").buckets(APPROVAL_BUCKETS.to_vec()), &["decision"]).expect("valid metric")),
+    approver_leader: IntGauge = registered(a, IntGauge::new("bootlet_approver_leader", "1 while this bootlet approve replica holds the leader Lease and acts on CSRs, else 0.").expect("valid metric name")),
 }
 
 /// The process's metrics, registered on first use.
@@ -187,6 +200,59 @@ impl Metrics {
     /// The lease duration last set (zero before the Lease loop starts).
     pub fn lease_duration(&self) -> Duration {
         Duration::try_from_secs_f64(self.lease_duration_setting.get()).unwrap_or_default()
+    }
+
+    /// The approver's labelled series at zero, so `increase()` sees them from the start.
+    pub fn approver_series(&self, rules: impl IntoIterator<Item = &'static str>) {
+        for rule in rules {
+            self.approver_denied.with_label_values(&[rule]);
+        }
+        for decision in ["approved", "denied"] {
+            self.approver_latency.with_label_values(&[decision]);
+        }
+    }
+
+    /// The approver approved a CSR `latency` after it was created.
+    pub fn approver_approved(&self, latency: Duration) {
+        self.approver_approved.inc();
+        self.approver_latency
+            .with_label_values(&["approved"])
+            .observe(latency.as_secs_f64());
+    }
+
+    /// The approver denied a CSR by `rule`, `latency` after it was created.
+    pub fn approver_denied(&self, rule: &str, latency: Duration) {
+        self.approver_denied.with_label_values(&[rule]).inc();
+        self.approver_latency
+            .with_label_values(&["denied"])
+            .observe(latency.as_secs_f64());
+    }
+
+    /// The approver left a CSR failing `rule` Pending.
+    pub fn approver_ignored(&self, rule: &str) {
+        self.approver_ignored.with_label_values(&[rule]).inc();
+    }
+
+    /// Whether this approver replica leads.
+    pub fn approver_leader(&self, on: bool) {
+        self.approver_leader.set(i64::from(on));
+    }
+
+    /// `bootlet approve`'s exposition: its own families, the build info and the API
+    /// request counter (the node agent's figures mean nothing there).
+    pub fn render_approver(&self) -> Vec<u8> {
+        let mut families = self.approver_registry.gather();
+        families.extend(self.registry.gather().into_iter().filter(|f| {
+            f.name() == "bootlet_build_info"
+                || f.name() == "bootlet_api_requests_total"
+                || f.name().starts_with("process_")
+        }));
+        families.sort_by(|a, b| a.name().cmp(b.name()));
+        let mut out = Vec::with_capacity(4 << 10);
+        TextEncoder::new()
+            .encode(&families, &mut out)
+            .expect("writing to a Vec cannot fail");
+        out
     }
 
     /// One request to the API server; `code` is `None` when no answer came.

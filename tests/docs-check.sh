@@ -249,7 +249,7 @@ fi
 bin=${BOOTLET:-target/debug/bootlet}
 [ -x "$bin" ] || cargo build --quiet --bin bootlet
 "$bin" --help >"$helps/bootlet"
-for sub in run doctor check-identity rejoin version; do
+for sub in run doctor check-identity rejoin approve version; do
   "$bin" "$sub" --help >"$helps/$sub"
 done
 status=0

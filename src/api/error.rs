@@ -73,6 +73,10 @@ fn hint(code: u16, identity: &Identity) -> String {
             " (bootstrap token {id} is expired, deleted or wrong: create a new one with \
              `kubeadm token create` and put it in the bootstrap kubeconfig)"
         ),
+        (401, Identity::Token) => " (the token is expired, revoked or from another \
+             cluster: for bootlet approve, `kubectl -n bootlet-approver create token \
+             bootlet-approver`, or check the pod's service account)"
+            .to_string(),
         (401, Identity::ClientCertificate { .. }) => " (the client certificate is not \
              trusted by the API server: is it expired or from another cluster's CA?)"
             .to_string(),

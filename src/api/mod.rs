@@ -99,6 +99,9 @@ pub enum Identity {
     BootstrapToken {
         id: String,
     },
+    /// Any other bearer token (a service account's, for `bootlet approve`): nothing of it
+    /// is shown.
+    Token,
     ClientCertificate {
         subject: String,
         serial: String,
@@ -144,6 +147,7 @@ impl fmt::Display for Identity {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Identity::BootstrapToken { id } => write!(f, "bootstrap token {id}"),
+            Identity::Token => f.write_str("bearer token"),
             Identity::ClientCertificate { subject, serial } => {
                 write!(f, "client certificate {subject} (serial {serial})")
             }

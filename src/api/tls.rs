@@ -44,8 +44,12 @@ pub fn client_config(
                 "the bearer token contains characters not allowed in a header".to_string()
             })?;
             value.set_sensitive(true);
-            let identity = Identity::BootstrapToken {
-                id: token.id().to_string(),
+            let identity = if token.is_bootstrap_token() {
+                Identity::BootstrapToken {
+                    id: token.id().to_string(),
+                }
+            } else {
+                Identity::Token
             };
             (builder.with_no_client_auth(), identity, Some(value))
         }

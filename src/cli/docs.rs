@@ -211,6 +211,7 @@ mod tests {
                 "bootlet-doctor.1",
                 "bootlet-check-identity.1",
                 "bootlet-rejoin.1",
+                "bootlet-approve.1",
                 "bootlet-version.1"
             ]
         );

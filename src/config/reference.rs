@@ -111,7 +111,8 @@ pub fn markdown() -> String {
     out
 }
 
-/// The flags the other subcommands add to `run`'s, as markdown: one table.
+/// The flags the other subcommands add to `run`'s (all of `approve`'s), as markdown: one
+/// table.
 pub fn subcommand_markdown() -> String {
     let cmd = crate::cli::command();
     let run = cmd.find_subcommand("run").expect("cli.rs defines `run`");
@@ -119,20 +120,28 @@ pub fn subcommand_markdown() -> String {
     let mut out =
         String::from("| subcommand | flag | default | what it sets |\n|---|---|---|---|\n");
     for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        // `approve` has flags of its own (some share a name with `run`'s, not a meaning):
+        // all of them are listed. The others add to `run`'s.
+        let own = !sub.get_arguments().any(|a| a.get_id() == "cert_dir");
         for arg in sub.get_arguments() {
             let id = arg.get_id().as_str();
-            if shared.contains(&id) || id == "help" || arg.is_hide_set() {
+            if (!own && shared.contains(&id)) || id == "help" || arg.is_hide_set() {
                 continue;
             }
             let Some(long) = arg.get_long() else { continue };
             let value = arg
                 .get_value_names()
+                .filter(|_| arg.get_action().takes_values())
                 .map(|n| format!(" {}", n.join(" ")))
+                .unwrap_or_default();
+            let short = arg
+                .get_short()
+                .map(|c| format!("-{c}, "))
                 .unwrap_or_default();
             let text = arg.get_help().map(ToString::to_string).unwrap_or_default();
             let (help, default) = split_default(&text);
             out.push_str(&format!(
-                "| `{}` | `--{long}{value}` | {} | {} |\n",
+                "| `{}` | `{short}--{long}{value}` | {} | {} |\n",
                 sub.get_name(),
                 default_cell(&default),
                 cell(&help)

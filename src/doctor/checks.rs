@@ -18,6 +18,7 @@ use super::{CheckId, Outcome};
 
 mod access;
 mod node;
+mod serving;
 
 /// Skew beyond this is a warning: fresh certificates look not yet valid, rotation drifts.
 pub const SKEW_WARN_SECS: u64 = 30;
@@ -46,6 +47,7 @@ pub fn verdict(id: CheckId, obs: &Observations, now: SystemTime) -> Outcome {
         CheckId::ClientCertificate => access::client_certificate(settings, obs, now),
         CheckId::Node => node::node(settings, obs),
         CheckId::Lease => node::lease(settings, obs, now),
+        CheckId::ServingCsr => serving::serving_csr(settings, obs, now),
     }
 }
 

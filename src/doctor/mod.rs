@@ -157,7 +157,8 @@ mod tests {
                 "csr",
                 "client-certificate",
                 "node",
-                "lease"
+                "lease",
+                "serving-csr"
             ]
         );
         for (i, id) in CheckId::ALL.iter().enumerate() {

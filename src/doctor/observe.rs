@@ -172,6 +172,9 @@ pub struct Net {
     pub csr: Option<Result<CsrObs, api::Error>>,
     pub node: Option<Result<Node, api::Error>>,
     pub lease: Option<Result<Lease, api::Error>>,
+    /// Every `kubernetes.io/kubelet-serving` CSR (the `serving-csr` check), with a valid
+    /// client certificate.
+    pub serving_csrs: Option<Result<Vec<CertificateSigningRequest>, api::Error>>,
     /// The network part hit [`NETWORK_BUDGET`].
     pub budget_exceeded: bool,
 }
@@ -526,7 +529,11 @@ async fn ask(s: &Settings, c: &Clients, cert: bool, net: &mut Net) {
     let node_path = format!("/api/v1/nodes/{node}");
     let lease_path =
         format!("/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}");
-    let (skew, review, token_review, create, approve, csr, node_obj, lease) = tokio::join!(
+    let serving_path = format!(
+        "{}?fieldSelector=spec.signerName%3Dkubernetes.io%2Fkubelet-serving",
+        crate::identity::csr::CSR_PATH
+    );
+    let (skew, review, token_review, create, approve, csr, node_obj, lease, serving) = tokio::join!(
         async {
             match c.clock.get::<serde_json::Value>("/version").await {
                 Err(e) if !matches!(e, api::Error::Api { .. }) => Err(e),
@@ -545,6 +552,11 @@ async fn ask(s: &Settings, c: &Clients, cert: bool, net: &mut Net) {
         csr::find(&c.main, node, pending),
         when(cert, c.main.get::<Node>(&node_path)),
         when(cert, c.main.get::<Lease>(&lease_path)),
+        when(
+            cert,
+            c.main
+                .get::<k8s_openapi::List<CertificateSigningRequest>>(&serving_path),
+        ),
     );
     net.skew = Some(skew);
     net.review = Some(review);
@@ -554,6 +566,7 @@ async fn ask(s: &Settings, c: &Clients, cert: bool, net: &mut Net) {
     net.csr = Some(csr);
     net.node = node_obj;
     net.lease = lease;
+    net.serving_csrs = serving.map(|list| list.map(|l| l.items));
 }
 
 /// `work`'s answer if `yes`; otherwise `None`, and `work` (lazy) never runs.

@@ -161,7 +161,7 @@ mod tests {
         assert_eq!(v["ok"], false);
         assert_eq!(v["rootCause"], "authentication");
         let checks = v["checks"].as_array().unwrap();
-        assert_eq!(checks.len(), 11);
+        assert_eq!(checks.len(), 12);
         assert_eq!(checks[5]["status"], "fail");
         assert_eq!(
             checks[5]["remediation"],

@@ -1,6 +1,7 @@
 //! The metrics reference (docs/metrics.md's generated part): every family the registry
 //! exports, read back from the exposition itself (name, type, labels, help), with the
-//! serving certificate's families and every labelled family's series present. tests/local/docs.rs
+//! serving certificate's and `bootlet approve`'s families and every labelled family's
+//! series present. tests/local/docs.rs
 //! compares it with the file.
 
 use std::collections::BTreeMap;
@@ -22,7 +23,11 @@ fn families() -> Families {
     metrics.lease_renewal(true, Duration::from_millis(1));
     let mut snap = Health::new(true).snapshot();
     snap.lease.enabled = true;
-    let text = metrics.render(&snap, SystemTime::UNIX_EPOCH, true);
+    let mut text = metrics.render(&snap, SystemTime::UNIX_EPOCH, true);
+    // `bootlet approve`'s own families (its /metrics has them instead of the agent's).
+    metrics.approver_series(["rule"]);
+    metrics.approver_ignored("rule");
+    text.extend(metrics.render_approver());
     let mut out = Families::new();
     for line in String::from_utf8_lossy(&text).lines() {
         if let Some(rest) = line.strip_prefix("# HELP ") {

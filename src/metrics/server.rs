@@ -48,6 +48,9 @@ pub struct Endpoints {
     pub health: Health,
     /// bootlet obtains the serving certificate: its families are exported.
     pub serving: bool,
+    /// `bootlet approve`: its families on /metrics; /readyz is 200 once it runs (it needs
+    /// no certificate of its own).
+    pub approver: bool,
 }
 
 /// Binds `addr`, or says in one line why not (the port is taken, the address is not
@@ -155,7 +158,11 @@ fn respond(req: &Request<Incoming>, endpoints: &Endpoints) -> Response<Full<Byte
     let now = clock::now();
     match path {
         "/metrics" => {
-            let body = METRICS.render(&snap, now, endpoints.serving);
+            let body = if endpoints.approver {
+                METRICS.render_approver()
+            } else {
+                METRICS.render(&snap, now, endpoints.serving)
+            };
             let mut resp = Response::new(Full::new(Bytes::from(body)));
             resp.headers_mut().insert(
                 header::CONTENT_TYPE,
@@ -164,6 +171,7 @@ fn respond(req: &Request<Incoming>, endpoints: &Endpoints) -> Response<Full<Byte
             resp
         }
         "/healthz" => healthz(&endpoints.health, Instant::now()),
+        _ if endpoints.approver => text(StatusCode::OK, "ok\n".into()),
         _ => readyz(&snap, now, verbose),
     }
 }

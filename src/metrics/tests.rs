@@ -410,6 +410,7 @@ mod deadlines {
         let endpoints = Endpoints {
             health: Health::new(true),
             serving: false,
+            approver: false,
         };
         let server = tokio::spawn(serve_with(listener, endpoints, stop, short));
         let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();

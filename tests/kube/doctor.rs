@@ -173,9 +173,9 @@ async fn join(c: &Cluster, dir: &NodeDir, node: &str, extra: &[&str]) -> support
 }
 
 /// The statuses of a joined node without a kubelet: the Node is not registered (a warning).
-const JOINED_NO_KUBELET: &str = "PPPPPPPPPWP";
+const JOINED_NO_KUBELET: &str = "PPPPPPPPPWPP";
 /// A node with a token and no certificate yet: bootlet would obtain one (a warning).
-const JOINABLE: &str = "PPPPPPPPWSS";
+const JOINABLE: &str = "PPPPPPPPWSSS";
 
 // === the bootstrap token ===
 
@@ -222,7 +222,7 @@ fn an_expired_token_is_a_401_and_a_new_token_joins() {
         let expired = format!("bootstrap token {id} is expired or deleted (401)");
         assert_root(
             &run,
-            "PPPPPFSSSSS",
+            "PPPPPFSSSSSS",
             "authentication",
             &[&expired],
             NEW_TOKEN,
@@ -264,7 +264,7 @@ fn a_deleted_token_secret_is_a_401_and_a_new_token_joins() {
         let deleted = format!("bootstrap token {id} is expired or deleted (401)");
         assert_root(
             &run,
-            "PPPPPFSSSSS",
+            "PPPPPFSSSSSS",
             "authentication",
             &[&deleted],
             NEW_TOKEN,
@@ -314,7 +314,7 @@ fn a_ca_mismatch_names_both_key_ids_and_the_clusters_join_config_passes() {
         );
         assert_root(
             &run,
-            "PPPFSSSSSSS",
+            "PPPFSSSSSSSS",
             "ca-trust",
             &[
                 "x509: certificate signed by unknown authority",
@@ -407,7 +407,7 @@ fn a_certificate_for_the_old_node_name_is_refused_by_node_restriction_and_a_rejo
         let current = path(&dir.current());
         assert_root(
             &run,
-            "PPPPPPPPFSS",
+            "PPPPPPPPFSSS",
             "client-certificate",
             &[
                 &format!("{current} is for CN=system:node:{old}, O=system:nodes, but this node is CN=system:node:{new}, O=system:nodes (--node-name {new})"),
@@ -451,7 +451,7 @@ fn a_certificate_for_the_old_node_name_is_refused_by_node_restriction_and_a_rejo
         let run = doctor_node(&dir, bad, &[]).await;
         assert_root(
             &run,
-            "FSSSSSSSSSS",
+            "FSSSSSSSSSSS",
             "config",
             &[&format!("--node-name: \"{bad}\" is not a valid node name (lower-case letters, digits, '-' and '.'")],
             "fix the file or flag named above",
@@ -507,7 +507,7 @@ fn the_bootstrapper_binding_deleted_is_a_403_and_the_printed_kubectl_restores_it
         let run = doctor_node(&dir, node, &[]).await;
         assert_root(
             &run,
-            "PPPPPPFSSSS",
+            "PPPPPPFSSSSS",
             "authorization",
             &[&format!("system:bootstrap:{id} may not create CertificateSigningRequests: ClusterRoleBinding kubeadm:kubelet-bootstrap (system:node-bootstrapper for {BOOTSTRAP_GROUP}) is missing or was overwritten")],
             "kubectl create clusterrolebinding kubeadm:kubelet-bootstrap --clusterrole=system:node-bootstrapper --group=system:bootstrappers:kubeadm:default-node-token",
@@ -583,7 +583,7 @@ fn the_autoapprove_binding_deleted_leaves_the_csr_pending_and_kubectl_approves_i
         let restore = format!("kubectl delete clusterrolebinding kubeadm:node-autoapprove-bootstrap --ignore-not-found && kubectl create clusterrolebinding kubeadm:node-autoapprove-bootstrap --clusterrole={nodeclient} --group={BOOTSTRAP_GROUP}");
         assert_root(
             &run,
-            "PPPPPPPFSSS",
+            "PPPPPPPFSSSS",
             "csr",
             &[
                 &format!("CSR {name} has been pending for"),
@@ -659,7 +659,7 @@ fn a_node_deleted_under_a_running_kubelet_stays_gone_until_the_kubelet_restarts(
         support::kube::eventually(REAL_WAIT, "Node Ready and the kubelet's Lease", registered)
             .await;
         let run = doctor_node(&dir, node, &flags).await;
-        assert_passes(&run, "PPPPPPPPPWP");
+        assert_passes(&run, "PPPPPPPPPWPP");
         assert!(run
             .summary("node")
             .starts_with(&format!("Node {node} is Ready")));
@@ -683,7 +683,7 @@ fn a_node_deleted_under_a_running_kubelet_stays_gone_until_the_kubelet_restarts(
         assert!(node_ready(c, node).await.is_none(), "not registered again");
 
         let run = doctor_node(&dir, node, &flags).await;
-        assert_passes(&run, "PPPPPPPPPWW");
+        assert_passes(&run, "PPPPPPPPPWWP");
         assert!(
             run.summary("node").contains(&format!("Node {node} is not registered: the kubelet registers its Node only when it starts, so one deleted under a running kubelet stays gone")),
             "{:#}",
@@ -705,7 +705,7 @@ fn a_node_deleted_under_a_running_kubelet_stays_gone_until_the_kubelet_restarts(
         let kubelet = hollow(c, dir.tmp.path(), node, &dir.kubeconfig, &[]);
         support::kube::eventually(REAL_WAIT, "the Node registered again", registered).await;
         let run = doctor_node(&dir, node, &flags).await;
-        assert_passes(&run, "PPPPPPPPPWP");
+        assert_passes(&run, "PPPPPPPPPWPP");
         assert!(
             run.summary("node")
                 .starts_with(&format!("Node {node} is Ready")),
@@ -751,7 +751,7 @@ fn a_stopped_api_server_is_unreachable_and_started_again_doctor_passes() {
         let addr = c.addr();
         assert_root(
             &run,
-            "PPFSSSSSSSS",
+            "PPFSSSSSSSSS",
             "server-reachable",
             &[&format!("{}: connection to {addr} refused", c.url())],
             &format!("curl -sk {}/healthz", c.url()),

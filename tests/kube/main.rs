@@ -8,6 +8,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod approve;
 mod doctor;
 mod exec;
 mod join;

@@ -387,7 +387,7 @@ fn the_serving_certificate_waits_for_kubectl_certificate_approve_and_has_the_nod
 
 const NEW_TOKEN: &str = "kubeadm token create --print-join-command";
 /// A node with a token and no certificate yet: bootlet would obtain one (a warning).
-const JOINABLE: &str = "PPPPPPPPWSS";
+const JOINABLE: &str = "PPPPPPPPWSSS";
 
 /// A joined node whose Node is registered and Ready: every check passes, the
 /// authentication one through this release's SelfSubjectReview (GA since 1.28, so no
@@ -417,7 +417,7 @@ fn doctor_passes_every_check_on_a_healthy_node() {
             .await;
         eventually(REAL_WAIT, "bootlet's Lease", || lease(c, node)).await;
         let healthy = doctor_node(&dir, node, &[]).await;
-        assert_passes(&healthy, "PPPPPPPPPPP");
+        assert_passes(&healthy, "PPPPPPPPPPPP");
         agent.terminate().await;
     })
 }
@@ -453,7 +453,7 @@ fn doctor_names_a_deleted_bootstrap_token_and_a_new_one_passes() {
         let deleted = format!("bootstrap token {id} is expired or deleted (401)");
         assert_root(
             &run,
-            "PPPPPFSSSSS",
+            "PPPPPFSSSSSS",
             "authentication",
             &[&deleted],
             NEW_TOKEN,
@@ -493,7 +493,7 @@ fn doctor_names_another_clusters_ca_and_the_join_config_passes() {
         );
         assert_root(
             &run,
-            "PPPFSSSSSSS",
+            "PPPFSSSSSSSS",
             "ca-trust",
             &[
                 "x509: certificate signed by unknown authority",

@@ -462,39 +462,39 @@ async fn setup(name: &str) -> (TestPlane, NodeDir, Vec<String>, Vec<(String, Str
 }
 
 const CASES: &[Case] = &[
-    Case { name: "1 kubeconfig missing", statuses: "PFSSSSSSSSS", root: Some("bootstrap-kubeconfig"), summary: &["has not been given a bootstrap credential yet", "bootstrap-kubelet.conf and no client certificate"], fix: "kubeadm token create --print-join-command" },
-    Case { name: "1 kubeconfig unreadable", statuses: "PFSSSSSSSSS", root: Some("bootstrap-kubeconfig"), summary: &["bootstrap-kubelet.conf: cannot read: is a directory, not a regular file"], fix: "kubeadm token create --print-join-command" },
-    Case { name: "1 kubeconfig not yaml", statuses: "PFSSSSSSSSS", root: Some("bootstrap-kubeconfig"), summary: &["not a kubeconfig"], fix: "kubeadm token create --print-join-command" },
-    Case { name: "1 kubeconfig without server", statuses: "PFSSSSSSSSS", root: Some("bootstrap-kubeconfig"), summary: &["has no server"], fix: "kubeadm token create --print-join-command" },
-    Case { name: "1 kubeconfig without token", statuses: "PFSSSSSSSSS", root: Some("bootstrap-kubeconfig"), summary: &["has no token"], fix: "kubeadm token create --print-join-command" },
-    Case { name: "1 config file does not parse", statuses: "FSSSSSSSSSS", root: Some("config"), summary: &["bootlet.yaml"], fix: "bootlet doctor" },
-    Case { name: "2 token malformed", statuses: "PFSSSSSSSSS", root: Some("bootstrap-kubeconfig"), summary: &["not a bootstrap token", "[a-z0-9]{6}.[a-z0-9]{16}"], fix: "kubeadm token create --print-join-command" },
-    Case { name: "3 connection refused", statuses: "PPFSSSSSSSS", root: Some("server-reachable"), summary: &["refused"], fix: "curl -sk https://127.0.0.1:" },
-    Case { name: "3 unresolvable", statuses: "PPFSSSSSSSS", root: Some("server-reachable"), summary: &["cannot resolve no-such-host.invalid"], fix: "curl -sk https://no-such-host.invalid:6443/healthz" },
-    Case { name: "4 ca mismatch", statuses: "PPPFSSSSSSS", root: Some("ca-trust"), summary: &["x509: certificate signed by unknown authority", "presents CA {theirs} (information only", "trusts CA {ours}"], fix: "kubeadm token create --print-join-command  # on a control-plane node" },
-    Case { name: "5 clock skew fail", statuses: "PPPPFSSSSSS", root: Some("clock-skew"), summary: &["s ahead of this node's clock", "more than 5 minutes"], fix: "timedatectl set-ntp true" },
-    Case { name: "5 clock skew warn", statuses: "PPPPWPPPWSS", root: None, summary: &["s behind this node's clock", "more than 30 s"], fix: "timedatectl set-ntp true" },
-    Case { name: "5 cert not yet valid", statuses: "PPPPFSSSSSS", root: Some("clock-skew"), summary: &["kubelet-client-current.pem is not valid before", "the clock is behind"], fix: "timedatectl set-ntp true" },
-    Case { name: "6 token expired", statuses: "PPPPPFSSSSS", root: Some("authentication"), summary: &["bootstrap token {token} is expired or deleted (401)"], fix: "kubeadm token create --print-join-command" },
-    Case { name: "6 token deleted", statuses: "PPPPPFSSSSS", root: Some("authentication"), summary: &["bootstrap token {token} is expired or deleted (401)"], fix: "kubeadm token create --print-join-command" },
-    Case { name: "7 unexpected identity", statuses: "PPPPPFSSSSS", root: Some("authentication"), summary: &["authenticates as \"kubelet\"", "not system:bootstrap:abcdef"], fix: "kubeadm token create --print-join-command" },
-    Case { name: "8 bootstrap binding deleted", statuses: "PPPPPPFSSSS", root: Some("authorization"), summary: &["system:bootstrap:{token} may not create CertificateSigningRequests", "ClusterRoleBinding kubeadm:kubelet-bootstrap"], fix: "kubectl create clusterrolebinding kubeadm:kubelet-bootstrap --clusterrole=system:node-bootstrapper --group=system:bootstrappers:kubeadm:default-node-token" },
-    Case { name: "9 csr pending, no approver", statuses: "PPPPPPPFSSS", root: Some("csr"), summary: &["CSR {csr} has been pending for", "ClusterRoleBinding kubeadm:node-autoapprove-bootstrap"], fix: "kubectl certificate approve {csr}" },
-    Case { name: "10 csr denied", statuses: "PPPPPPPFSSS", root: Some("csr"), summary: &["CSR {csr} was denied: Policy [2J Rejected: denied by the test"], fix: "kubectl describe csr {csr}" },
-    Case { name: "10 csr failed", statuses: "PPPPPPPFSSS", root: Some("csr"), summary: &["CSR {csr} failed: SignerValidationFailure", "the signer refused it"], fix: "kubectl describe csr {csr}" },
-    Case { name: "11 approved, never issued", statuses: "PPPPPPPFSSS", root: Some("csr"), summary: &["CSR {csr} is approved but no certificate was issued"], fix: "component=kube-controller-manager" },
-    Case { name: "12 cert for another node name", statuses: "PPPPPPPPFSS", root: Some("client-certificate"), summary: &["is for CN=system:node:old-name, O=system:nodes", "this node is CN=system:node:node-1", "--node-name old-name"], fix: "kubelet-client-current.pem && systemctl restart bootlet" },
-    Case { name: "13 cert expired", statuses: "PPPPPPPPFSS", root: Some("client-certificate"), summary: &["kubelet-client-current.pem expired at"], fix: "kubelet-client-current.pem && systemctl restart bootlet" },
-    Case { name: "13 rotation off, near expiry", statuses: "PPPPPPPPWWW", root: None, summary: &["past 90 % of its lifetime and rotation is off"], fix: "--rotate-certificates=true" },
-    Case { name: "14 cert from another CA", statuses: "PPPPPPPPFSS", root: Some("client-certificate"), summary: &["was issued by \"CN=rogue-ca\", not by the cluster CA, and the API server does not vouch for it (the API server does not accept it: ", "401"], fix: "kubelet-client-current.pem && systemctl restart bootlet" },
-    Case { name: "15 stale node from a reinstall", statuses: "PPPPPPPPPFP", root: Some("node"), summary: &["registered by another machine (machineID 0123456789abcdef0123456789abcdef", "stale Node"], fix: "kubectl delete node node-1" },
-    Case { name: "16 node NotReady", statuses: "PPPPPPPPPFP", root: Some("node"), summary: &["Node node-1 is NotReady (KubeletReady: Ready is False)"], fix: "journalctl -u kubelet" },
-    Case { name: "16 node NetworkUnavailable", statuses: "PPPPPPPPPFP", root: Some("node"), summary: &["NetworkUnavailable=True (NoRouteCreated)", "CNI"], fix: "--field-selector spec.nodeName=node-1" },
-    Case { name: "16 node uninitialised", statuses: "PPPPPPPPPWP", root: None, summary: &["node.cloudprovider.kubernetes.io/uninitialized", "no spec.podCIDR", "topology.kubernetes.io/zone, node.kubernetes.io/instance-type missing"], fix: "cloud-controller-manager" },
-    Case { name: "16 node missing", statuses: "PPPPPPPPPWP", root: None, summary: &["Node node-1 is not registered: the kubelet registers its Node only when it starts"], fix: "systemctl restart kubelet" },
-    Case { name: "16 healthy node", statuses: "PPPPPPPPPPP", root: None, summary: &[], fix: "" },
-    Case { name: "17 lease stale", statuses: "PPPPPPPPPPF", root: Some("lease"), summary: &["last renewed 5m", "longer than its 40s duration"], fix: "systemctl restart bootlet" },
-    Case { name: "17 lease held by another", statuses: "PPPPPPPPPPF", root: Some("lease"), summary: &["held by \"node-9\", not node-1"], fix: "kubectl -n kube-node-lease delete lease node-1" },
+    Case { name: "1 kubeconfig missing", statuses: "PFSSSSSSSSSS", root: Some("bootstrap-kubeconfig"), summary: &["has not been given a bootstrap credential yet", "bootstrap-kubelet.conf and no client certificate"], fix: "kubeadm token create --print-join-command" },
+    Case { name: "1 kubeconfig unreadable", statuses: "PFSSSSSSSSSS", root: Some("bootstrap-kubeconfig"), summary: &["bootstrap-kubelet.conf: cannot read: is a directory, not a regular file"], fix: "kubeadm token create --print-join-command" },
+    Case { name: "1 kubeconfig not yaml", statuses: "PFSSSSSSSSSS", root: Some("bootstrap-kubeconfig"), summary: &["not a kubeconfig"], fix: "kubeadm token create --print-join-command" },
+    Case { name: "1 kubeconfig without server", statuses: "PFSSSSSSSSSS", root: Some("bootstrap-kubeconfig"), summary: &["has no server"], fix: "kubeadm token create --print-join-command" },
+    Case { name: "1 kubeconfig without token", statuses: "PFSSSSSSSSSS", root: Some("bootstrap-kubeconfig"), summary: &["has no token"], fix: "kubeadm token create --print-join-command" },
+    Case { name: "1 config file does not parse", statuses: "FSSSSSSSSSSS", root: Some("config"), summary: &["bootlet.yaml"], fix: "bootlet doctor" },
+    Case { name: "2 token malformed", statuses: "PFSSSSSSSSSS", root: Some("bootstrap-kubeconfig"), summary: &["not a bootstrap token", "[a-z0-9]{6}.[a-z0-9]{16}"], fix: "kubeadm token create --print-join-command" },
+    Case { name: "3 connection refused", statuses: "PPFSSSSSSSSS", root: Some("server-reachable"), summary: &["refused"], fix: "curl -sk https://127.0.0.1:" },
+    Case { name: "3 unresolvable", statuses: "PPFSSSSSSSSS", root: Some("server-reachable"), summary: &["cannot resolve no-such-host.invalid"], fix: "curl -sk https://no-such-host.invalid:6443/healthz" },
+    Case { name: "4 ca mismatch", statuses: "PPPFSSSSSSSS", root: Some("ca-trust"), summary: &["x509: certificate signed by unknown authority", "presents CA {theirs} (information only", "trusts CA {ours}"], fix: "kubeadm token create --print-join-command  # on a control-plane node" },
+    Case { name: "5 clock skew fail", statuses: "PPPPFSSSSSSS", root: Some("clock-skew"), summary: &["s ahead of this node's clock", "more than 5 minutes"], fix: "timedatectl set-ntp true" },
+    Case { name: "5 clock skew warn", statuses: "PPPPWPPPWSSS", root: None, summary: &["s behind this node's clock", "more than 30 s"], fix: "timedatectl set-ntp true" },
+    Case { name: "5 cert not yet valid", statuses: "PPPPFSSSSSSS", root: Some("clock-skew"), summary: &["kubelet-client-current.pem is not valid before", "the clock is behind"], fix: "timedatectl set-ntp true" },
+    Case { name: "6 token expired", statuses: "PPPPPFSSSSSS", root: Some("authentication"), summary: &["bootstrap token {token} is expired or deleted (401)"], fix: "kubeadm token create --print-join-command" },
+    Case { name: "6 token deleted", statuses: "PPPPPFSSSSSS", root: Some("authentication"), summary: &["bootstrap token {token} is expired or deleted (401)"], fix: "kubeadm token create --print-join-command" },
+    Case { name: "7 unexpected identity", statuses: "PPPPPFSSSSSS", root: Some("authentication"), summary: &["authenticates as \"kubelet\"", "not system:bootstrap:abcdef"], fix: "kubeadm token create --print-join-command" },
+    Case { name: "8 bootstrap binding deleted", statuses: "PPPPPPFSSSSS", root: Some("authorization"), summary: &["system:bootstrap:{token} may not create CertificateSigningRequests", "ClusterRoleBinding kubeadm:kubelet-bootstrap"], fix: "kubectl create clusterrolebinding kubeadm:kubelet-bootstrap --clusterrole=system:node-bootstrapper --group=system:bootstrappers:kubeadm:default-node-token" },
+    Case { name: "9 csr pending, no approver", statuses: "PPPPPPPFSSSS", root: Some("csr"), summary: &["CSR {csr} has been pending for", "ClusterRoleBinding kubeadm:node-autoapprove-bootstrap"], fix: "kubectl certificate approve {csr}" },
+    Case { name: "10 csr denied", statuses: "PPPPPPPFSSSS", root: Some("csr"), summary: &["CSR {csr} was denied: Policy [2J Rejected: denied by the test"], fix: "kubectl describe csr {csr}" },
+    Case { name: "10 csr failed", statuses: "PPPPPPPFSSSS", root: Some("csr"), summary: &["CSR {csr} failed: SignerValidationFailure", "the signer refused it"], fix: "kubectl describe csr {csr}" },
+    Case { name: "11 approved, never issued", statuses: "PPPPPPPFSSSS", root: Some("csr"), summary: &["CSR {csr} is approved but no certificate was issued"], fix: "component=kube-controller-manager" },
+    Case { name: "12 cert for another node name", statuses: "PPPPPPPPFSSS", root: Some("client-certificate"), summary: &["is for CN=system:node:old-name, O=system:nodes", "this node is CN=system:node:node-1", "--node-name old-name"], fix: "kubelet-client-current.pem && systemctl restart bootlet" },
+    Case { name: "13 cert expired", statuses: "PPPPPPPPFSSS", root: Some("client-certificate"), summary: &["kubelet-client-current.pem expired at"], fix: "kubelet-client-current.pem && systemctl restart bootlet" },
+    Case { name: "13 rotation off, near expiry", statuses: "PPPPPPPPWWWP", root: None, summary: &["past 90 % of its lifetime and rotation is off"], fix: "--rotate-certificates=true" },
+    Case { name: "14 cert from another CA", statuses: "PPPPPPPPFSSS", root: Some("client-certificate"), summary: &["was issued by \"CN=rogue-ca\", not by the cluster CA, and the API server does not vouch for it (the API server does not accept it: ", "401"], fix: "kubelet-client-current.pem && systemctl restart bootlet" },
+    Case { name: "15 stale node from a reinstall", statuses: "PPPPPPPPPFPP", root: Some("node"), summary: &["registered by another machine (machineID 0123456789abcdef0123456789abcdef", "stale Node"], fix: "kubectl delete node node-1" },
+    Case { name: "16 node NotReady", statuses: "PPPPPPPPPFPP", root: Some("node"), summary: &["Node node-1 is NotReady (KubeletReady: Ready is False)"], fix: "journalctl -u kubelet" },
+    Case { name: "16 node NetworkUnavailable", statuses: "PPPPPPPPPFPP", root: Some("node"), summary: &["NetworkUnavailable=True (NoRouteCreated)", "CNI"], fix: "--field-selector spec.nodeName=node-1" },
+    Case { name: "16 node uninitialised", statuses: "PPPPPPPPPWPP", root: None, summary: &["node.cloudprovider.kubernetes.io/uninitialized", "no spec.podCIDR", "topology.kubernetes.io/zone, node.kubernetes.io/instance-type missing"], fix: "cloud-controller-manager" },
+    Case { name: "16 node missing", statuses: "PPPPPPPPPWPP", root: None, summary: &["Node node-1 is not registered: the kubelet registers its Node only when it starts"], fix: "systemctl restart kubelet" },
+    Case { name: "16 healthy node", statuses: "PPPPPPPPPPPP", root: None, summary: &[], fix: "" },
+    Case { name: "17 lease stale", statuses: "PPPPPPPPPPFP", root: Some("lease"), summary: &["last renewed 5m", "longer than its 40s duration"], fix: "systemctl restart bootlet" },
+    Case { name: "17 lease held by another", statuses: "PPPPPPPPPPFP", root: Some("lease"), summary: &["held by \"node-9\", not node-1"], fix: "kubectl -n kube-node-lease delete lease node-1" },
 ];
 
 fn subst(text: &str, vars: &[(String, String)]) -> String {
@@ -525,7 +525,7 @@ fn assert_case(case: &Case, run: &Run, vars: &[(String, String)]) {
         .iter()
         .map(|c| c["id"].as_str().unwrap())
         .collect();
-    assert_eq!(ids.len(), 11, "{ctx}");
+    assert_eq!(ids.len(), 12, "{ctx}");
     if let Some(c) = focus(run, case) {
         let summary = c["summary"].as_str().unwrap();
         for needle in case.summary {
@@ -723,7 +723,7 @@ async fn a_certificate_from_a_second_ca_the_server_accepts_passes_through_the_da
     assert_eq!(run.code, Some(0), "{ctx}");
     assert_eq!(run.root(), None, "{ctx}");
     // The Node is not registered (no kubelet here): a warning, nothing else.
-    assert_eq!(run.statuses(), "PPPPPPPPPWP", "{ctx}");
+    assert_eq!(run.statuses(), "PPPPPPPPPWPP", "{ctx}");
     let cert = run.summary("client-certificate");
     assert!(
         cert.contains("issued by \"CN=kubelet-client-ca\" (not the kubeconfig's CA) and accepted by the API server: a SelfSubjectReview with it answers system:node:node-1 in system:nodes"),
@@ -784,7 +784,7 @@ async fn a_server_that_never_answers_ends_the_run_within_10s() {
     let dir = NodeDir::new(&kubeconfig(Some(&url), &tp.ca_pem(), Some(&token)));
     let run = doctor_json(&flags(&dir)).await;
     assert!(run.took < Duration::from_secs(10), "took {:?}", run.took);
-    assert_eq!(run.statuses(), "PPFSSSSSSSS", "{:#}", run.json);
+    assert_eq!(run.statuses(), "PPFSSSSSSSSS", "{:#}", run.json);
     assert_eq!(run.root(), Some("server-reachable"));
     let summary = run.check("server-reachable")["summary"].as_str().unwrap();
     assert!(
@@ -807,7 +807,7 @@ async fn a_server_that_hangs_after_tls_ends_the_run_within_10s() {
     let before = tp.requests().len();
     let run = doctor_json(&flags(&dir)).await;
     assert!(run.took < Duration::from_secs(10), "took {:?}", run.took);
-    assert_eq!(run.statuses(), "PPFSSSSSSSS", "{:#}", run.json);
+    assert_eq!(run.statuses(), "PPFSSSSSSSSS", "{:#}", run.json);
     assert_eq!(run.root(), Some("server-reachable"));
     let check = run.check("server-reachable");
     let summary = check["summary"].as_str().unwrap();
@@ -870,7 +870,7 @@ async fn text_output_marks_each_check_and_prints_the_fix() {
     assert_eq!(code, Some(1));
     let id = &vars[0].1;
     let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines.len(), 14, "{out}");
+    assert_eq!(lines.len(), 15, "{out}");
     assert!(lines[0].starts_with("✓ config "), "{out}");
     assert_eq!(
         lines[5],
@@ -885,7 +885,7 @@ async fn text_output_marks_each_check_and_prints_the_fix() {
         "{out}"
     );
     assert_eq!(
-        lines[13],
+        lines[14],
         format!(
             "✗ authentication is the root cause: bootstrap token {id} is expired or deleted (401)"
         )

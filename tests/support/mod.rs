@@ -79,7 +79,16 @@ impl Agent {
     }
 
     pub fn spawn_env(args: &[String], env: &[(&str, &str)]) -> Self {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_bootlet"));
+        Self::spawn_bin_env(Path::new(env!("CARGO_BIN_EXE_bootlet")), args, env)
+    }
+
+    /// [`Agent::spawn`] of another `bootlet` binary (e.g. the release build).
+    pub fn spawn_bin(bin: &Path, args: &[String]) -> Self {
+        Self::spawn_bin_env(bin, args, &[])
+    }
+
+    fn spawn_bin_env(bin: &Path, args: &[String], env: &[(&str, &str)]) -> Self {
+        let mut cmd = Command::new(bin);
         cmd.args(args)
             .env_remove("NOTIFY_SOCKET")
             .env_remove("JOURNAL_STREAM")

@@ -20,7 +20,7 @@ const WANTED_LABELS: [&str; 2] = [
     "node.kubernetes.io/instance-type",
 ];
 
-fn needs_cert(obs: &Observations) -> Option<Outcome> {
+pub(super) fn needs_cert(obs: &Observations) -> Option<Outcome> {
     (!matches!(obs.using, Using::ClientCert { .. }))
         .then(|| Outcome::skip("skipped: needs a valid client certificate"))
 }

@@ -132,7 +132,45 @@ fn joined() -> Observations {
     o.net.review = Some(Ok(user("system:node:n1", &["system:nodes"])));
     o.net.node = Some(Ok(ready_node()));
     o.net.lease = Some(Ok(lease("n1", 5)));
+    o.net.serving_csrs = Some(Ok(vec![]));
     o
+}
+
+/// A kubelet-serving CSR `name` by `system:node:NODE`, filed `age` seconds ago, with an
+/// optional decision (type, reason, message, seconds ago) and certificate.
+fn serving(
+    name: &str,
+    node: &str,
+    age: u64,
+    decided: Option<(&str, &str, &str, u64)>,
+    cert: bool,
+) -> CertificateSigningRequest {
+    let at = |secs: u64| Time(ts(now() - Duration::from_secs(secs)));
+    CertificateSigningRequest {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            creation_timestamp: Some(at(age)),
+            ..ObjectMeta::default()
+        },
+        spec: k8s_openapi::api::certificates::v1::CertificateSigningRequestSpec {
+            signer_name: "kubernetes.io/kubelet-serving".into(),
+            username: Some(format!("system:node:{node}")),
+            ..Default::default()
+        },
+        status: Some(CertificateSigningRequestStatus {
+            conditions: decided.map(|(t, r, m, ago)| {
+                vec![CertificateSigningRequestCondition {
+                    type_: t.into(),
+                    status: "True".into(),
+                    reason: Some(r.into()),
+                    message: Some(m.into()),
+                    last_update_time: Some(at(ago)),
+                    ..CertificateSigningRequestCondition::default()
+                }]
+            }),
+            certificate: cert.then(|| k8s_openapi::ByteString(b"x".to_vec())),
+        }),
+    }
 }
 
 fn cert_info(nb: SystemTime, na: SystemTime) -> CertInfo {
@@ -260,6 +298,12 @@ const ROWS: &[Row] = &[
 ];
 
 const JOINED_ROWS: &[Row] = &[
+    ("no serving CSR", |_| {}, CheckId::ServingCsr, Status::Pass, "no kubelet-serving CSR names this node", ""),
+    ("serving CSR pending a moment", |o| o.net.serving_csrs = Some(Ok(vec![serving("s1", "n1", 30, None, false)])), CheckId::ServingCsr, Status::Pass, "s1 is pending for 30s", ""),
+    ("no approver acts", |o| o.net.serving_csrs = Some(Ok(vec![serving("s0", "n1", 900, Some(("Approved", "AutoApproved", "", 880)), true), serving("s1", "n1", 300, None, false), serving("o1", "n2", 600, Some(("Approved", "AutoApproved", "", 590)), true)])), CheckId::ServingCsr, Status::Fail, "no approver is acting: serving CSR s1 has been pending for 5m", "kubectl apply -k config/approver"),
+    ("the approver leaves it alone", |o| o.net.serving_csrs = Some(Ok(vec![serving("s1", "n1", 300, None, false), serving("o1", "n2", 100, Some(("Approved", "AutoApproved", "", 99)), true)])), CheckId::ServingCsr, Status::Fail, "while other kubelet-serving CSRs were decided", "logs deploy/bootlet-approver | grep s1"),
+    ("serving CSR denied", |o| o.net.serving_csrs = Some(Ok(vec![serving("s1", "n1", 300, Some(("Denied", "DnsNotOfNode", "bootlet approve: rule DnsNotOfNode failed: DNS SAN \"x\nEVIL\" is not an address of Node \"n1\"", 299)), false)])), CheckId::ServingCsr, Status::Fail, "s1 was denied: DnsNotOfNode: bootlet approve: rule DnsNotOfNode failed: DNS SAN \"x\\nEVIL\"", "kubectl describe csr s1"),
+    ("serving CSR issued", |o| o.net.serving_csrs = Some(Ok(vec![serving("s1", "n1", 300, Some(("Approved", "AutoApproved", "", 299)), true)])), CheckId::ServingCsr, Status::Pass, "s1 is approved and issued", ""),
     (
         "joined",
         |_| {},
