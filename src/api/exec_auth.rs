@@ -5,7 +5,7 @@
 use reqwest::header::HeaderValue;
 
 use super::kubeconfig::exec::{self, ExecPlugin};
-use super::kubeconfig::Credential;
+use super::kubeconfig::{Credential, Server};
 use super::{build_http, sni_alias, tls, ApiClient, Error};
 
 /// An exec plugin as a client's credential: run (or its cached answer taken) per request.
@@ -15,6 +15,28 @@ pub(super) struct ExecAuth {
     pub(super) tls_server_name: Option<String>,
     /// The pooled client that presents the client certificate of the plugin's run N.
     pub(super) cert_http: std::sync::Mutex<Option<(u64, reqwest::Client)>>,
+}
+
+// === impl ExecAuth ===
+
+impl ExecAuth {
+    /// The exec plugin of `credential`, if that is what it is, with what a client
+    /// certificate it hands out needs: the CA and `tls-server-name` of `server`.
+    pub(super) fn for_credential(
+        credential: &Credential,
+        ca_pem: &[u8],
+        server: &Server,
+    ) -> Option<Self> {
+        match credential {
+            Credential::Exec(plugin) => Some(ExecAuth {
+                plugin: plugin.clone(),
+                ca_pem: ca_pem.to_vec(),
+                tls_server_name: server.tls_server_name.clone(),
+                cert_http: std::sync::Mutex::new(None),
+            }),
+            _ => None,
+        }
+    }
 }
 
 // === impl ApiClient ===

@@ -226,25 +226,7 @@ fn parse_with(
         let (path, cluster) = (r.p(), name);
         return Err(KubeconfigError::InsecureRefused { path, cluster });
     }
-    let ca = r.pem_source(
-        (
-            "certificate-authority-data",
-            &cluster.certificate_authority_data,
-        ),
-        ("certificate-authority", &cluster.certificate_authority),
-    )?;
-    let ca_pem = match ca {
-        Some((what, pem)) if parse_cert_chain(&String::from_utf8_lossy(&pem)).is_err() => {
-            return Err(KubeconfigError::NoCertificate { path: r.p(), what });
-        }
-        Some((_, pem)) => pem,
-        // Even an allowed insecure kubeconfig must name the CA: bootlet never skips server
-        // verification, and it checks issued certificates against that CA.
-        None => {
-            let (path, cluster) = (r.p(), name);
-            return Err(KubeconfigError::NoCa { path, cluster });
-        }
-    };
+    let ca_pem = r.ca(cluster, &name)?;
     let extension = cluster
         .extensions
         .iter()
@@ -260,15 +242,7 @@ fn parse_with(
     };
     let credential = match context.user.filter(|_| with_credential) {
         None => Credential::None,
-        Some(name) => match kc
-            .auth_infos
-            .iter()
-            .enumerate()
-            .find(|(_, a)| a.name == name)
-        {
-            Some((index, auth)) => r.credential(&name, index, auth.auth_info.as_ref(), &info)?,
-            None => return Err(KubeconfigError::UserNotFound { path: r.p(), name }),
-        },
+        Some(name) => r.user(&kc, name, &info)?,
     };
     let path = r.p();
     Ok(ClusterAccess {
@@ -329,6 +303,53 @@ impl Reader<'_> {
         KubeconfigError::ContextNotFound { path, name }
     }
 
+    /// The cluster's CA bundle, which must parse as certificates. Even an allowed insecure
+    /// kubeconfig must name one: bootlet never skips server verification, and it checks
+    /// issued certificates against that CA.
+    fn ca(&self, cluster: &Cluster, name: &str) -> Result<Vec<u8>, KubeconfigError> {
+        let ca = self.pem_source(
+            (
+                "certificate-authority-data",
+                &cluster.certificate_authority_data,
+            ),
+            ("certificate-authority", &cluster.certificate_authority),
+        )?;
+        match ca {
+            Some((what, pem)) if parse_cert_chain(&String::from_utf8_lossy(&pem)).is_err() => {
+                Err(KubeconfigError::NoCertificate {
+                    path: self.p(),
+                    what,
+                })
+            }
+            Some((_, pem)) => Ok(pem),
+            None => {
+                let (path, cluster) = (self.p(), name.to_string());
+                Err(KubeconfigError::NoCa { path, cluster })
+            }
+        }
+    }
+
+    /// The credential of the context's user `name`, which must be in `users`.
+    fn user(
+        &self,
+        kc: &Kubeconfig,
+        name: String,
+        info: &ClusterInfo<'_>,
+    ) -> Result<Credential, KubeconfigError> {
+        match kc
+            .auth_infos
+            .iter()
+            .enumerate()
+            .find(|(_, a)| a.name == name)
+        {
+            Some((index, auth)) => self.credential(&name, index, auth.auth_info.as_ref(), info),
+            None => Err(KubeconfigError::UserNotFound {
+                path: self.p(),
+                name,
+            }),
+        }
+    }
+
     /// The cluster's server URL, `tls-server-name` and `proxy-url`; `index` is the
     /// cluster's place in `clusters`, for naming keys in errors.
     fn server(
@@ -337,16 +358,41 @@ impl Reader<'_> {
         name: &str,
         index: usize,
     ) -> Result<Server, KubeconfigError> {
-        let (path, cluster_name) = (self.p(), name.to_string());
-        let url = match cluster.server.clone().filter(|s| !s.is_empty()) {
-            None => {
-                return Err(KubeconfigError::NoServer {
-                    path,
-                    cluster: cluster_name,
-                })
+        let url = self.server_url(cluster, name, index)?;
+        let tls_server_name = non_empty(&cluster.tls_server_name).map(str::to_string);
+        if let Some(name) = tls_server_name.as_deref() {
+            if !server::valid_server_name(name) {
+                return Err(KubeconfigError::Invalid {
+                    path: self.p(),
+                    key: format!("clusters[{index}].cluster.tls-server-name"),
+                    reason: format!("{} is neither a DNS name nor an IP address", Shown(name)),
+                });
             }
+        }
+        let proxy = self.proxy(cluster, index)?;
+        Ok(Server {
+            url,
+            tls_server_name,
+            proxy,
+        })
+    }
+
+    /// The cluster's `server`: present, https, and without whitespace or control
+    /// characters inside.
+    fn server_url(
+        &self,
+        cluster: &Cluster,
+        name: &str,
+        index: usize,
+    ) -> Result<String, KubeconfigError> {
+        let (path, cluster_name) = (self.p(), name.to_string());
+        match cluster.server.clone().filter(|s| !s.is_empty()) {
+            None => Err(KubeconfigError::NoServer {
+                path,
+                cluster: cluster_name,
+            }),
             Some(server) if !server.starts_with("https://") => {
-                return Err(KubeconfigError::NotHttps { path, server })
+                Err(KubeconfigError::NotHttps { path, server })
             }
             // What a URL parser trims around it is fine; inside, it means a quote left open.
             Some(server)
@@ -355,48 +401,33 @@ impl Reader<'_> {
                     .chars()
                     .any(|c| c.is_whitespace() || c.is_control()) =>
             {
-                return Err(KubeconfigError::Invalid {
+                Err(KubeconfigError::Invalid {
                     path,
                     key: format!("clusters[{index}].cluster.server"),
                     reason: format!("{} is not a URL", Shown(&server)),
                 })
             }
-            Some(server) => server,
-        };
-        let key = |field: &str| format!("clusters[{index}].cluster.{field}");
-        let tls_server_name = non_empty(&cluster.tls_server_name).map(str::to_string);
-        if let Some(name) = tls_server_name.as_deref() {
-            if !server::valid_server_name(name) {
-                return Err(KubeconfigError::Invalid {
-                    path,
-                    key: key("tls-server-name"),
-                    reason: format!("{} is neither a DNS name nor an IP address", Shown(name)),
-                });
-            }
+            Some(server) => Ok(server),
         }
-        let proxy = match non_empty(&cluster.proxy_url).map(|p| ProxyUrl::parse(p, false)) {
-            None => None,
-            Some(Ok(proxy)) => Some(proxy),
-            Some(Err(e @ ProxyUrlError::Unsupported { .. })) => {
-                return Err(KubeconfigError::Unsupported {
-                    path,
-                    key: key("proxy-url"),
-                    reason: e.to_string(),
-                })
-            }
-            Some(Err(e @ ProxyUrlError::Invalid)) => {
-                return Err(KubeconfigError::Invalid {
-                    path,
-                    key: key("proxy-url"),
-                    reason: e.to_string(),
-                })
-            }
-        };
-        Ok(Server {
-            url,
-            tls_server_name,
-            proxy,
-        })
+    }
+
+    /// The cluster's `proxy-url`, if set: a scheme bootlet speaks, and a valid URL.
+    fn proxy(&self, cluster: &Cluster, index: usize) -> Result<Option<ProxyUrl>, KubeconfigError> {
+        let key = format!("clusters[{index}].cluster.proxy-url");
+        match non_empty(&cluster.proxy_url).map(|p| ProxyUrl::parse(p, false)) {
+            None => Ok(None),
+            Some(Ok(proxy)) => Ok(Some(proxy)),
+            Some(Err(e @ ProxyUrlError::Unsupported { .. })) => Err(KubeconfigError::Unsupported {
+                path: self.p(),
+                key,
+                reason: e.to_string(),
+            }),
+            Some(Err(e @ ProxyUrlError::Invalid)) => Err(KubeconfigError::Invalid {
+                path: self.p(),
+                key,
+                reason: e.to_string(),
+            }),
+        }
     }
 
     /// `FIELD-data` (base64) wins over the file `FIELD`; returns what was read and the bytes.

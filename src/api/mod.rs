@@ -176,44 +176,18 @@ impl ApiClient {
             server: server.url.clone(),
             reason,
         };
-        let server_name = match server.tls_server_name.as_deref() {
-            None => None,
-            Some(name) => Some(
-                rustls::pki_types::ServerName::try_from(name.to_string())
-                    .map_err(|e| setup(format!("tls-server-name {name:?}: {e}")))?,
-            ),
-        };
+        let server_name = server_name(server.tls_server_name.as_deref()).map_err(setup)?;
         let policy = ProxyPolicy::new(server.proxy.clone(), opts.proxy_env.clone());
         let proxy = policy.proxy_for(&server.url).map_err(setup)?;
         let (tls, identity, auth_header) =
             tls::client_config(ca_pem, credential, server_name.as_ref()).map_err(setup)?;
-        let alias = match proxy {
-            None => sni_alias(
-                &server.url,
-                server.tls_server_name.as_deref(),
-                &opts.resolver,
-            ),
-            Some(_) => None,
-        };
-        let base = match &alias {
-            Some((url, _)) => url.clone(),
-            None => server.url.clone(),
-        };
-        let resolver = alias.map(|(_, resolver)| resolver);
+        let (base, resolver) = base_url(&server, proxy.as_ref(), &opts.resolver);
         let http = build_http(tls.clone(), &opts, proxy.as_ref(), resolver)
             .map_err(|e| setup(e.to_string()))?;
         if let Some(proxy) = &proxy {
             tracing::debug!(server = %server.url, %proxy, "API server connections go through a proxy");
         }
-        let exec = match credential {
-            Credential::Exec(plugin) => Some(ExecAuth {
-                plugin: plugin.clone(),
-                ca_pem: ca_pem.to_vec(),
-                tls_server_name: server.tls_server_name.clone(),
-                cert_http: std::sync::Mutex::new(None),
-            }),
-            _ => None,
-        };
+        let exec = ExecAuth::for_credential(credential, ca_pem, &server);
         Ok(Self {
             inner: Arc::new(Inner {
                 http,
@@ -506,6 +480,34 @@ fn build_http(
         .tcp_user_timeout(TCP_USER_TIMEOUT)
         .user_agent(USER_AGENT)
         .build()
+}
+
+/// The `tls-server-name` as the name TLS sends and verifies; the error is the reason.
+fn server_name(
+    name: Option<&str>,
+) -> Result<Option<rustls::pki_types::ServerName<'static>>, String> {
+    name.map(|name| {
+        rustls::pki_types::ServerName::try_from(name.to_string())
+            .map_err(|e| format!("tls-server-name {name:?}: {e}"))
+    })
+    .transpose()
+}
+
+/// What the pooled client's URLs start with, and the resolver that maps an SNI alias back
+/// to the server's addresses: the alias only without a proxy ([`sni_alias`]).
+fn base_url(
+    server: &kubeconfig::Server,
+    proxy: Option<&ProxyUrl>,
+    resolver: &Resolver,
+) -> (String, Option<AliasResolver>) {
+    let alias = match proxy {
+        None => sni_alias(&server.url, server.tls_server_name.as_deref(), resolver),
+        Some(_) => None,
+    };
+    match alias {
+        Some((url, resolver)) => (url, Some(resolver)),
+        None => (server.url.clone(), None),
+    }
 }
 
 /// reqwest sends the URL's host as SNI, with no way to name another. So when the

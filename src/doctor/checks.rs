@@ -101,45 +101,56 @@ fn config(loaded: Option<&Result<Settings, ConfigError>>) -> Outcome {
 
 fn bootstrap_kubeconfig(obs: &Observations) -> Outcome {
     let cert_valid = matches!(obs.using, Using::ClientCert { .. });
-    let problem = match &obs.bootstrap {
-        Some(Ok(b)) => match &b.credential {
-            Credential::Token(t) if t.is_bootstrap_token() => {
-                return Outcome::pass(format!(
-                    "{}: server {}, bootstrap token {}",
-                    b.path.display(),
-                    b.server,
-                    t.id()
-                ))
-            }
-            Credential::Token(_) => format!(
-                "{}: the token is not a bootstrap token ([a-z0-9]{{6}}.[a-z0-9]{{16}})",
-                b.path.display()
-            ),
-            Credential::ClientCert { .. } => {
-                return Outcome::warn(
-                    format!(
-                        "{}: authenticates with a client certificate, not a bootstrap token",
-                        b.path.display()
-                    ),
-                    None,
-                )
-            }
-            Credential::Exec(plugin) => match exec_credential(b, plugin.command(), obs, cert_valid)
-            {
-                Ok(outcome) => return outcome,
-                Err(problem) => problem,
-            },
-            Credential::None => format!("{}: the user has no token", b.path.display()),
-        },
-        Some(Err(e)) => report(e),
-        None => "not read".into(),
+    let problem = match bootstrap_credential(obs, cert_valid) {
+        Ok(outcome) => return outcome,
+        Err(problem) => problem,
     };
     if cert_valid {
         Outcome::warn(
             format!("{problem}; not needed while the client certificate is valid, only to re-join"),
             Some(NEW_TOKEN.into()),
         )
-    } else if let (
+    } else {
+        cannot_join(obs, &problem)
+    }
+}
+
+/// The verdict on the bootstrap kubeconfig's credential: an outcome, or the problem that
+/// makes it unusable for a join (a warning only while the client certificate is valid).
+fn bootstrap_credential(obs: &Observations, cert_valid: bool) -> Result<Outcome, String> {
+    let b = match &obs.bootstrap {
+        Some(Ok(b)) => b,
+        Some(Err(e)) => return Err(report(e)),
+        None => return Err("not read".into()),
+    };
+    match &b.credential {
+        Credential::Token(t) if t.is_bootstrap_token() => Ok(Outcome::pass(format!(
+            "{}: server {}, bootstrap token {}",
+            b.path.display(),
+            b.server,
+            t.id()
+        ))),
+        Credential::Token(_) => Err(format!(
+            "{}: the token is not a bootstrap token ([a-z0-9]{{6}}.[a-z0-9]{{16}})",
+            b.path.display()
+        )),
+        Credential::ClientCert { .. } => Ok(Outcome::warn(
+            format!(
+                "{}: authenticates with a client certificate, not a bootstrap token",
+                b.path.display()
+            ),
+            None,
+        )),
+        Credential::Exec(plugin) => exec_credential(b, plugin.command(), obs, cert_valid),
+        Credential::None => Err(format!("{}: the user has no token", b.path.display())),
+    }
+}
+
+/// With no usable bootstrap credential and no valid client certificate the node cannot
+/// join; two common cases get their own words and fix: the certificate expired after
+/// kubeadm deleted the bootstrap kubeconfig, and a node never given one.
+fn cannot_join(obs: &Observations, problem: &str) -> Outcome {
+    if let (
         Some(Err(KubeconfigError::Missing { path })),
         CertObs::Checked {
             verdict: Err(InstalledError::Verify(VerifyError::Expired { not_after })),

@@ -138,23 +138,7 @@ impl Reader<'_> {
         );
         let (has_cert, has_key) = (named(cert), named(pkey));
         if let Some(token) = self.token(auth)? {
-            if let Some(field) = has_cert.or(has_key) {
-                return Err(KubeconfigError::Unsupported {
-                    path: self.p(),
-                    key: key(field),
-                    reason: "the user also has a token, and bootlet presents exactly one \
-                             identity: keep the token or the client certificate"
-                        .into(),
-                });
-            }
-            let token = BootstrapToken::new(&token);
-            if token.0.is_empty() {
-                return Err(KubeconfigError::EmptyToken {
-                    path: self.p(),
-                    user: user.to_string(),
-                });
-            }
-            return Ok(Credential::Token(token));
+            return self.only_token(user, &token, has_cert.or(has_key), &key);
         }
         let incomplete = match (has_cert.is_some(), has_key.is_some()) {
             (false, false) => return Ok(Credential::None),
@@ -171,6 +155,34 @@ impl Reader<'_> {
             });
         }
         self.client_cert(cert, pkey)
+    }
+
+    /// The user's token, which must be its only credential (`also` names a client
+    /// certificate or key field that is set too) and not blank.
+    fn only_token(
+        &self,
+        user: &str,
+        token: &str,
+        also: Option<&str>,
+        key: &dyn Fn(&str) -> String,
+    ) -> Result<Credential, KubeconfigError> {
+        if let Some(field) = also {
+            return Err(KubeconfigError::Unsupported {
+                path: self.p(),
+                key: key(field),
+                reason: "the user also has a token, and bootlet presents exactly one \
+                         identity: keep the token or the client certificate"
+                    .into(),
+            });
+        }
+        let token = BootstrapToken::new(token);
+        if token.0.is_empty() {
+            return Err(KubeconfigError::EmptyToken {
+                path: self.p(),
+                user: user.to_string(),
+            });
+        }
+        Ok(Credential::Token(token))
     }
 
     /// The user's `exec` plugin, which must be its only credential (pure: nothing runs).
@@ -285,66 +297,49 @@ fn named(((data_field, data), (file_field, file)): PemFields<'_>) -> Option<&'st
 /// The first key of a user entry that bootlet would otherwise silently ignore, and why it
 /// cannot honour it (pure). `extensions` is metadata for other tools and stays allowed.
 fn refused(auth: &AuthInfo) -> Option<(String, String)> {
-    let set = |present: bool, field: &str, reason: &str| {
-        present.then(|| (field.to_string(), reason.to_string()))
-    };
+    refused_known(auth)
+        .map(|(field, reason)| (field.to_string(), reason.to_string()))
+        .or_else(|| {
+            auth.other.keys().next().map(|unknown| {
+                (
+                    unknown.escape_debug().to_string(),
+                    "it is not a kubeconfig user field (bootlet reads token, tokenFile, \
+                     client-certificate[-data] and client-key[-data])"
+                        .to_string(),
+                )
+            })
+        })
+}
+
+/// The first kubeconfig user field that kubectl honours and bootlet does not, in the order
+/// [`refused`] reports them (pure).
+fn refused_known(auth: &AuthInfo) -> Option<(&'static str, &'static str)> {
+    let set = |s: &Option<String>| non_empty(s).is_some();
     let password = auth
         .password
         .as_ref()
         .is_some_and(|p| !p.expose_secret().is_empty());
-    set(
-        auth.auth_provider.is_some(),
-        "auth-provider",
-        NEEDS_TOKEN_OR_CERT,
-    )
-    .or_else(|| {
-        set(
-            non_empty(&auth.username).is_some(),
-            "username",
+    let groups = auth
+        .impersonate_groups
+        .as_ref()
+        .is_some_and(|g| !g.is_empty());
+    let extra = auth
+        .impersonate_user_extra
+        .as_ref()
+        .is_some_and(|e| !e.is_empty());
+    [
+        (
+            auth.auth_provider.is_some(),
+            "auth-provider",
             NEEDS_TOKEN_OR_CERT,
-        )
-    })
-    .or_else(|| set(password, "password", NEEDS_TOKEN_OR_CERT))
-    .or_else(|| {
-        set(
-            non_empty(&auth.impersonate).is_some(),
-            "as",
-            NO_IMPERSONATION,
-        )
-    })
-    .or_else(|| {
-        set(
-            non_empty(&auth.impersonate_uid).is_some(),
-            "as-uid",
-            NO_IMPERSONATION,
-        )
-    })
-    .or_else(|| {
-        set(
-            auth.impersonate_groups
-                .as_ref()
-                .is_some_and(|g| !g.is_empty()),
-            "as-groups",
-            NO_IMPERSONATION,
-        )
-    })
-    .or_else(|| {
-        set(
-            auth.impersonate_user_extra
-                .as_ref()
-                .is_some_and(|e| !e.is_empty()),
-            "as-user-extra",
-            NO_IMPERSONATION,
-        )
-    })
-    .or_else(|| {
-        auth.other.keys().next().map(|unknown| {
-            (
-                unknown.escape_debug().to_string(),
-                "it is not a kubeconfig user field (bootlet reads token, tokenFile, \
-                     client-certificate[-data] and client-key[-data])"
-                    .to_string(),
-            )
-        })
-    })
+        ),
+        (set(&auth.username), "username", NEEDS_TOKEN_OR_CERT),
+        (password, "password", NEEDS_TOKEN_OR_CERT),
+        (set(&auth.impersonate), "as", NO_IMPERSONATION),
+        (set(&auth.impersonate_uid), "as-uid", NO_IMPERSONATION),
+        (groups, "as-groups", NO_IMPERSONATION),
+        (extra, "as-user-extra", NO_IMPERSONATION),
+    ]
+    .into_iter()
+    .find_map(|(present, field, reason)| present.then_some((field, reason)))
 }

@@ -1,6 +1,7 @@
 //! The verdicts on the identity itself: authentication (SelfSubjectReview), authorization
 //! (SelfSubjectAccessReview), our CSR, and the installed client certificate. Pure.
 
+use std::path::Path;
 use std::time::SystemTime;
 
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
@@ -12,7 +13,7 @@ use crate::doctor::Outcome;
 use crate::identity::bootstrap::InstalledError;
 use crate::identity::csr::{self, Verdict};
 use crate::pki::verify::VerifyError;
-use crate::pki::CertProfile;
+use crate::pki::{CertInfo, CertProfile};
 use crate::runtime::health::{ago, rfc3339};
 use crate::runtime::report;
 
@@ -230,32 +231,9 @@ pub(super) fn csr(settings: &Settings, obs: &Observations, now: SystemTime) -> O
     }
     let group = token_group(obs);
     let approver = format!("ClusterRoleBinding {APPROVE_BINDING} ({NODECLIENT_ROLE} for {group})");
-    let found = match &obs.net.csr {
-        Some(Ok(CsrObs::Found(c))) => c,
-        Some(Ok(CsrObs::None)) if auto_approves(obs) == Some(false) => {
-            return Outcome::warn(
-                format!("no CSR filed yet, and none would be auto-approved: {approver} is missing"),
-                Some(restore_binding(APPROVE_BINDING, NODECLIENT_ROLE, &group)),
-            )
-        }
-        Some(Ok(CsrObs::None)) => {
-            return Outcome::pass("no CSR filed yet; a new one would be auto-approved")
-        }
-        Some(Ok(CsrObs::Missing { name })) => {
-            return Outcome::warn(
-                format!(
-                "CSR {name} (of the pending key) is gone from the server; bootlet files a new one"
-            ),
-                None,
-            )
-        }
-        Some(Err(e)) => {
-            return Outcome::warn(
-                format!("cannot read CertificateSigningRequests: {}", report(e)),
-                None,
-            )
-        }
-        None => return budget(obs, "GET CertificateSigningRequests"),
+    let found = match filed_csr(obs, &approver, &group) {
+        Ok(found) => found,
+        Err(outcome) => return outcome,
     };
     let name = found.metadata.name.clone().unwrap_or_default();
     let describe = format!("kubectl describe csr {name}  # who decided and why; bootlet files a new CSR after its back-off");
@@ -292,17 +270,41 @@ pub(super) fn csr(settings: &Settings, obs: &Observations, now: SystemTime) -> O
     }
 }
 
+/// The bootstrap CSR to judge, or the outcome when there is none to judge: none filed yet,
+/// gone from the server, or unreadable.
+fn filed_csr<'a>(
+    obs: &'a Observations,
+    approver: &str,
+    group: &str,
+) -> Result<&'a CertificateSigningRequest, Outcome> {
+    match &obs.net.csr {
+        Some(Ok(CsrObs::Found(c))) => Ok(c),
+        Some(Ok(CsrObs::None)) if auto_approves(obs) == Some(false) => Err(Outcome::warn(
+            format!("no CSR filed yet, and none would be auto-approved: {approver} is missing"),
+            Some(restore_binding(APPROVE_BINDING, NODECLIENT_ROLE, group)),
+        )),
+        Some(Ok(CsrObs::None)) => Err(Outcome::pass(
+            "no CSR filed yet; a new one would be auto-approved",
+        )),
+        Some(Ok(CsrObs::Missing { name })) => Err(Outcome::warn(
+            format!(
+                "CSR {name} (of the pending key) is gone from the server; bootlet files a new one"
+            ),
+            None,
+        )),
+        Some(Err(e)) => Err(Outcome::warn(
+            format!("cannot read CertificateSigningRequests: {}", report(e)),
+            None,
+        )),
+        None => Err(budget(obs, "GET CertificateSigningRequests")),
+    }
+}
+
 pub(super) fn client_certificate(
     settings: &Settings,
     obs: &Observations,
     now: SystemTime,
 ) -> Outcome {
-    let rejoin = |path: &std::path::Path| {
-        format!(
-            "rm {} && systemctl restart bootlet  # re-join with the bootstrap token",
-            path.display()
-        )
-    };
     let (path, info, verdict, other_ca) = match &obs.cert {
         CertObs::Absent => {
             return Outcome::warn(
@@ -321,33 +323,69 @@ pub(super) fn client_certificate(
             other_ca,
         } => (path, info, verdict, other_ca),
     };
-    let p = path.display();
     match verdict {
-        Ok(()) => {
-            let Some(i) = info else {
-                return Outcome::pass(format!("{p} is valid"));
-            };
-            let life = i.not_after.duration_since(i.not_before).unwrap_or_default();
-            let warn_at = i.not_before + life.mul_f64(EXPIRY_WARN_FRACTION);
-            let mut text = format!("{} (serial {}) valid until {}", i.subject_cn, i.serial, rfc3339(i.not_after));
-            if let Some(other) = other_ca {
-                let node = &settings.node_name;
-                match vouched(other, node) {
-                    Ok(accepted) => text.push_str(&accepted),
-                    Err(doubt) => return Outcome::warn(format!("{text}, {doubt}"), Some(curl(obs))),
-                }
-            }
-            if !settings.rotate_certificates && now >= warn_at {
-                Outcome::warn(
-                    format!("{text}: past 90 % of its lifetime and rotation is off"),
-                    Some("set --rotate-certificates=true (rotateCertificates: true), then systemctl restart bootlet".into()),
-                )
-            } else {
-                let rotation = if settings.rotate_certificates { "on" } else { "off" };
-                Outcome::pass(format!("{text}, rotation {rotation}"))
-            }
+        Ok(()) => valid_certificate(settings, obs, now, path, info.as_deref(), other_ca.as_ref()),
+        Err(e) => refused_certificate(settings, path, e),
+    }
+}
+
+/// The fix for an installed certificate bootlet will not use: drop it and join again.
+fn rejoin(path: &Path) -> String {
+    format!(
+        "rm {} && systemctl restart bootlet  # re-join with the bootstrap token",
+        path.display()
+    )
+}
+
+/// A certificate that passed every offline check: pass, unless another CA's certificate went
+/// unvouched or it nears its end with rotation off.
+fn valid_certificate(
+    settings: &Settings,
+    obs: &Observations,
+    now: SystemTime,
+    path: &Path,
+    info: Option<&CertInfo>,
+    other_ca: Option<&OtherCa>,
+) -> Outcome {
+    let p = path.display();
+    let Some(i) = info else {
+        return Outcome::pass(format!("{p} is valid"));
+    };
+    let life = i.not_after.duration_since(i.not_before).unwrap_or_default();
+    let warn_at = i.not_before + life.mul_f64(EXPIRY_WARN_FRACTION);
+    let mut text = format!(
+        "{} (serial {}) valid until {}",
+        i.subject_cn,
+        i.serial,
+        rfc3339(i.not_after)
+    );
+    if let Some(other) = other_ca {
+        let node = &settings.node_name;
+        match vouched(other, node) {
+            Ok(accepted) => text.push_str(&accepted),
+            Err(doubt) => return Outcome::warn(format!("{text}, {doubt}"), Some(curl(obs))),
         }
-        Err(InstalledError::Verify(VerifyError::WrongSubject { expected, got })) => {
+    }
+    if !settings.rotate_certificates && now >= warn_at {
+        Outcome::warn(
+            format!("{text}: past 90 % of its lifetime and rotation is off"),
+            Some("set --rotate-certificates=true (rotateCertificates: true), then systemctl restart bootlet".into()),
+        )
+    } else {
+        let rotation = if settings.rotate_certificates {
+            "on"
+        } else {
+            "off"
+        };
+        Outcome::pass(format!("{text}, rotation {rotation}"))
+    }
+}
+
+/// A certificate the daemon's own check refuses: say which check and how to re-join.
+fn refused_certificate(settings: &Settings, path: &Path, e: &InstalledError) -> Outcome {
+    let p = path.display();
+    match e {
+        InstalledError::Verify(VerifyError::WrongSubject { expected, got }) => {
             let old = got
                 .split(',')
                 .next()
@@ -358,19 +396,19 @@ pub(super) fn client_certificate(
                 rejoin(path),
             )
         }
-        Err(InstalledError::Verify(VerifyError::Expired { not_after })) => Outcome::fail(
+        InstalledError::Verify(VerifyError::Expired { not_after }) => Outcome::fail(
             format!("{p} expired at {}", rfc3339(*not_after)),
             rejoin(path),
         ),
-        Err(InstalledError::Verify(VerifyError::UntrustedIssuer { issuer })) => Outcome::fail(
+        InstalledError::Verify(VerifyError::UntrustedIssuer { issuer }) => Outcome::fail(
             format!("{p} was issued by {issuer:?}, not by the cluster CA: a certificate left from a previous install"),
             rejoin(path),
         ),
-        Err(InstalledError::Unaccepted { issuer, source }) => Outcome::fail(
+        InstalledError::Unaccepted { issuer, source } => Outcome::fail(
             format!("{p} was issued by {issuer:?}, not by the cluster CA, and the API server does not vouch for it ({}): a certificate left from a previous install", report(source)),
             rejoin(path),
         ),
-        Err(e) => Outcome::fail(format!("{p}: {}", report(e)), rejoin(path)),
+        e => Outcome::fail(format!("{p}: {}", report(e)), rejoin(path)),
     }
 }
 
