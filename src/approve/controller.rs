@@ -93,6 +93,17 @@ fn safe(s: &str) -> String {
     clip(&one_line(s), MAX_LOGGED).into_owned()
 }
 
+/// What the list-and-watch loop carries from one stream to the next.
+struct Progress {
+    retry: Backoff,
+    /// CSRs whose Node is not there yet, by name: when to judge them again.
+    later: BTreeMap<String, Later>,
+    /// The uids acted on, so a CSR is decided once.
+    done: HashSet<String>,
+    /// An outage was said (once).
+    outage: bool,
+}
+
 fn retry_backoff() -> Backoff {
     Backoff::new(RETRY_MIN, RETRY_MAX, 0.2).expect("constant bounds")
 }
@@ -123,103 +134,147 @@ impl Controller {
 
     /// List, act, watch, forever.
     pub async fn serve(&self, clients: &watch::Receiver<ApiClient>) {
-        let mut retry = retry_backoff();
-        let mut later: BTreeMap<String, Later> = BTreeMap::new();
-        let mut done: HashSet<String> = HashSet::new();
-        let mut outage = false;
+        let mut p = Progress {
+            retry: retry_backoff(),
+            later: BTreeMap::new(),
+            done: HashSet::new(),
+            outage: false,
+        };
+        let path = format!(
+            "{CSR_PATH}?fieldSelector=spec.signerName%3D{}",
+            policy::SIGNER
+        );
         loop {
             // The newest credential (the service account token is re-read) at every list.
             let client = &clients.borrow().clone();
-            let path = format!(
-                "{CSR_PATH}?fieldSelector=spec.signerName%3D{}",
-                policy::SIGNER
+            let Some(rv) = self.list_all(client, &path, &mut p).await else {
+                continue;
+            };
+            self.watch_from(client, &path, rv, &mut p).await;
+            tokio::time::sleep(p.retry.next_delay()).await;
+        }
+    }
+
+    /// One list, every CSR in it acted on: the resourceVersion to watch from, or `None`
+    /// after a failure and its delay.
+    async fn list_all(&self, client: &ApiClient, path: &str, p: &mut Progress) -> Option<String> {
+        let list: List<CertificateSigningRequest> = match client.get(path).await {
+            Ok(list) => list,
+            Err(e) => {
+                self.failed(&mut p.outage, "list CertificateSigningRequests", &e);
+                tokio::time::sleep(p.retry.with_retry_after(e.retry_after())).await;
+                return None;
+            }
+        };
+        if std::mem::take(&mut p.outage) {
+            tracing::info!("the API server answers again");
+        }
+        p.retry.reset();
+        tracing::debug!(count = list.items.len(), "listed kubelet-serving CSRs");
+        for csr in &list.items {
+            self.handle(client, csr, &mut p.later, &mut p.done).await;
+        }
+        Some(list.metadata.resource_version.unwrap_or_default())
+    }
+
+    /// Watch from `rv` until a 410 (relist) or an error (relist after a delay); a stream
+    /// that ended normally is opened again from the last version after the floor.
+    async fn watch_from(&self, client: &ApiClient, path: &str, mut rv: String, p: &mut Progress) {
+        loop {
+            let watch = format!(
+                "{path}&watch=true&allowWatchBookmarks=true&resourceVersion={rv}&timeoutSeconds={WATCH_SECONDS}"
             );
-            let list: List<CertificateSigningRequest> = match client.get(&path).await {
-                Ok(list) => list,
+            let opened = EventStream::<CertificateSigningRequest>::open(
+                client,
+                watch,
+                Duration::from_secs(WATCH_SECONDS),
+                WATCH_IDLE,
+            )
+            .await;
+            let mut stream = match opened {
+                Ok(s) => s,
                 Err(e) => {
-                    self.failed(&mut outage, "list CertificateSigningRequests", &e);
-                    tokio::time::sleep(retry.with_retry_after(e.retry_after())).await;
+                    if !e.is_gone() {
+                        self.failed(&mut p.outage, "watch CertificateSigningRequests", &e);
+                    }
+                    return;
+                }
+            };
+            if !self.follow(client, &mut stream, &mut rv, p).await {
+                return;
+            }
+            tokio::time::sleep(RETRY_MIN).await;
+        }
+    }
+
+    /// One watch stream, each event acted on, the CSRs waiting for their Node retried when
+    /// due: true when it ended normally, false when a relist is needed.
+    async fn follow(
+        &self,
+        client: &ApiClient,
+        stream: &mut EventStream<CertificateSigningRequest>,
+        rv: &mut String,
+        p: &mut Progress,
+    ) -> bool {
+        loop {
+            let due = later_due(&p.later);
+            let event = tokio::select! {
+                ev = stream.next() => ev,
+                () = sleep_until(due) => {
+                    self.retry_missing(client, &mut p.later, &mut p.done).await;
                     continue;
                 }
             };
-            if std::mem::take(&mut outage) {
-                tracing::info!("the API server answers again");
-            }
-            retry.reset();
-            tracing::debug!(count = list.items.len(), "listed kubelet-serving CSRs");
-            for csr in &list.items {
-                self.handle(client, csr, &mut later, &mut done).await;
-            }
-            let mut rv = list.metadata.resource_version.unwrap_or_default();
-            // Watch until a 410 (relist) or an error (relist after a delay).
-            loop {
-                let watch = format!(
-                    "{path}&watch=true&allowWatchBookmarks=true&resourceVersion={rv}&timeoutSeconds={WATCH_SECONDS}"
-                );
-                let opened = EventStream::<CertificateSigningRequest>::open(
-                    client,
-                    watch,
-                    Duration::from_secs(WATCH_SECONDS),
-                    WATCH_IDLE,
-                )
-                .await;
-                let mut stream = match opened {
-                    Ok(s) => s,
-                    Err(e) => {
-                        if !e.is_gone() {
-                            self.failed(&mut outage, "watch CertificateSigningRequests", &e);
-                        }
-                        break;
+            match event {
+                Ok(Some(event)) => {
+                    if !self.on_event(client, event, rv, p).await {
+                        return false;
                     }
-                };
-                let ended = loop {
-                    let due = later_due(&later);
-                    let event = tokio::select! {
-                        ev = stream.next() => ev,
-                        () = sleep_until(due) => {
-                            self.retry_missing(client, &mut later, &mut done).await;
-                            continue;
-                        }
-                    };
-                    match event {
-                        Ok(Some(WatchEvent::Added(csr) | WatchEvent::Modified(csr))) => {
-                            rv = csr.metadata.resource_version.clone().unwrap_or(rv);
-                            self.handle(client, &csr, &mut later, &mut done).await;
-                        }
-                        Ok(Some(WatchEvent::Deleted(csr))) => {
-                            rv = csr.metadata.resource_version.clone().unwrap_or(rv);
-                            if let Some(name) = &csr.metadata.name {
-                                later.remove(name);
-                            }
-                            if let Some(uid) = &csr.metadata.uid {
-                                done.remove(uid);
-                            }
-                        }
-                        Ok(Some(WatchEvent::Bookmark {
-                            resource_version, ..
-                        })) => {
-                            rv = resource_version;
-                        }
-                        Ok(Some(WatchEvent::ErrorStatus(_) | WatchEvent::ErrorOther(_))) => {
-                            break None
-                        }
-                        Ok(None) => break Some(()),
-                        Err(e) => {
-                            if !e.is_gone() {
-                                self.failed(&mut outage, "watch CertificateSigningRequests", &e);
-                            }
-                            break None;
-                        }
-                    }
-                };
-                if ended.is_none() {
-                    break;
                 }
-                // A stream that ended normally: re-watch from rv after the floor.
-                tokio::time::sleep(RETRY_MIN).await;
+                Ok(None) => return true,
+                Err(e) => {
+                    if !e.is_gone() {
+                        self.failed(&mut p.outage, "watch CertificateSigningRequests", &e);
+                    }
+                    return false;
+                }
             }
-            tokio::time::sleep(retry.next_delay()).await;
         }
+    }
+
+    /// One watch event: acted on, forgotten (deleted) or a new version; false for an error
+    /// event, which ends the stream.
+    async fn on_event(
+        &self,
+        client: &ApiClient,
+        event: WatchEvent<CertificateSigningRequest>,
+        rv: &mut String,
+        p: &mut Progress,
+    ) -> bool {
+        match event {
+            WatchEvent::Added(csr) | WatchEvent::Modified(csr) => {
+                if let Some(v) = &csr.metadata.resource_version {
+                    rv.clone_from(v);
+                }
+                self.handle(client, &csr, &mut p.later, &mut p.done).await;
+            }
+            WatchEvent::Deleted(csr) => {
+                if let Some(v) = &csr.metadata.resource_version {
+                    rv.clone_from(v);
+                }
+                if let Some(name) = &csr.metadata.name {
+                    p.later.remove(name);
+                }
+                if let Some(uid) = &csr.metadata.uid {
+                    p.done.remove(uid);
+                }
+            }
+            WatchEvent::Bookmark {
+                resource_version, ..
+            } => *rv = resource_version,
+            WatchEvent::ErrorStatus(_) | WatchEvent::ErrorOther(_) => return false,
+        }
+        true
     }
 
     /// Say once per outage that the API server does not answer; a refusal (403) every time.

@@ -136,62 +136,84 @@ pub async fn run(
     mut shutdown: Shutdown,
 ) {
     let mut observed = Observed::default();
-    let mut last_renew: Option<Instant> = None;
     let mut version: Option<String> = None;
-    let mut warned = false;
+    let mut standing = Standing::default();
     loop {
         let client = clients.borrow().clone();
         let outcome = attempt(&client, &e, &mut observed, &mut version).await;
-        let now = Instant::now();
-        match outcome {
-            Ok(Tried::Held) => {
-                warned = false;
-                if last_renew.is_none() {
-                    tracing::info!(lease = %format!("{}/{}", e.namespace, e.name), identity = %e.identity, "became the leader: approving kubelet-serving CSRs");
-                }
-                last_renew = Some(now);
-                set(&leading, true);
-            }
-            Ok(Tried::Conflict) => {
-                // Another write came first (client-go: a failed try): a leader keeps
-                // acting until its renew deadline, as after any failed renewal.
-                if let Some(t) = last_renew {
-                    if now.saturating_duration_since(t) >= e.renew_deadline {
-                        tracing::warn!(identity = %e.identity, "the Lease changed under us past the renew deadline: no longer the leader");
-                        last_renew = None;
-                        set(&leading, false);
-                    }
-                }
-            }
-            Ok(Tried::Waiting) => {
-                if let Some(t) = last_renew.take() {
-                    tracing::warn!(identity = %e.identity, since = ?now - t, "another replica holds the Lease: no longer the leader");
-                }
-                set(&leading, false);
-            }
-            Err(err) => {
-                if !warned || last_renew.is_some() {
-                    tracing::warn!(error = %report(&err), "leader election: the Lease could not be read or written");
-                    warned = true;
-                }
-                if let Some(t) = last_renew {
-                    if now.saturating_duration_since(t) >= e.renew_deadline {
-                        tracing::warn!(identity = %e.identity, deadline = ?e.renew_deadline, "could not renew the Lease within the renew deadline: no longer the leader");
-                        last_renew = None;
-                        set(&leading, false);
-                    }
-                }
-            }
-        }
+        standing.after(outcome, Instant::now(), &e, &leading);
         tokio::select! {
             () = tokio::time::sleep(e.retry_period) => {}
             () = shutdown.requested() => break,
         }
     }
-    if last_renew.is_some() {
+    if standing.last_renew.is_some() {
         set(&leading, false);
         let client = clients.borrow().clone();
         release(&client, &e, version).await;
+    }
+}
+
+/// What the election carries from one try to the next.
+#[derive(Default)]
+struct Standing {
+    /// When this replica last held the Lease, while it leads.
+    last_renew: Option<Instant>,
+    /// A failed read or write was said (once while following).
+    warned: bool,
+}
+
+impl Standing {
+    /// One try's outcome at `now`: whether this replica leads, published on `leading`.
+    fn after(
+        &mut self,
+        outcome: Result<Tried, api::Error>,
+        now: Instant,
+        e: &Election,
+        leading: &watch::Sender<bool>,
+    ) {
+        match outcome {
+            Ok(Tried::Held) => {
+                self.warned = false;
+                if self.last_renew.is_none() {
+                    tracing::info!(lease = %format!("{}/{}", e.namespace, e.name), identity = %e.identity, "became the leader: approving kubelet-serving CSRs");
+                }
+                self.last_renew = Some(now);
+                set(leading, true);
+            }
+            Ok(Tried::Conflict) => {
+                // Another write came first (client-go: a failed try): a leader keeps
+                // acting until its renew deadline, as after any failed renewal.
+                if self.past_deadline(now, e) {
+                    tracing::warn!(identity = %e.identity, "the Lease changed under us past the renew deadline: no longer the leader");
+                    self.last_renew = None;
+                    set(leading, false);
+                }
+            }
+            Ok(Tried::Waiting) => {
+                if let Some(t) = self.last_renew.take() {
+                    tracing::warn!(identity = %e.identity, since = ?now - t, "another replica holds the Lease: no longer the leader");
+                }
+                set(leading, false);
+            }
+            Err(err) => {
+                if !self.warned || self.last_renew.is_some() {
+                    tracing::warn!(error = %report(&err), "leader election: the Lease could not be read or written");
+                    self.warned = true;
+                }
+                if self.past_deadline(now, e) {
+                    tracing::warn!(identity = %e.identity, deadline = ?e.renew_deadline, "could not renew the Lease within the renew deadline: no longer the leader");
+                    self.last_renew = None;
+                    set(leading, false);
+                }
+            }
+        }
+    }
+
+    /// Leading, and the renew deadline has passed since the last renewal.
+    fn past_deadline(&self, now: Instant, e: &Election) -> bool {
+        self.last_renew
+            .is_some_and(|t| now.saturating_duration_since(t) >= e.renew_deadline)
     }
 }
 

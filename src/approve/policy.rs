@@ -259,6 +259,8 @@ fn q(value: &str) -> String {
     format!("{:?}", crate::runtime::text::clip(&line, MAX_QUOTED))
 }
 
+/// Every rule in order, the first broken one refusing: the Node the CSR may be approved
+/// for, or why not.
 fn judge(
     csr: &CertificateSigningRequest,
     nodes: &[NodeAddrs],
@@ -266,25 +268,44 @@ fn judge(
 ) -> Result<String, Judged> {
     let spec = &csr.spec;
     let user = spec.username.as_deref().unwrap_or_default();
-    let Some(node) = requested_node(csr) else {
-        return Err(refuse(
-            Rule::RequesterNotNode,
-            format!("requester {} is not system:node:NAME", q(user)),
-        ));
-    };
-    let groups = spec.groups.as_deref().unwrap_or_default();
-    if !groups.iter().any(|g| g == NODES_GROUP) {
-        return Err(refuse(
-            Rule::RequesterNotInNodesGroup,
-            format!("requester {} is not in group {NODES_GROUP}", q(user)),
-        ));
-    }
+    let node = check_requester(csr, user)?;
     let req = parse_request(&spec.request.0).map_err(|why| {
         refuse(
             Rule::RequestUnparseable,
             format!("spec.request: {}", q(&why)),
         )
     })?;
+    check_subject(&req, user)?;
+    check_usages(spec.usages.as_deref().unwrap_or_default(), req.rsa)?;
+    check_expiration(spec.expiration_seconds, p)?;
+    check_san_kinds(&req)?;
+    let Some(own) = nodes.iter().find(|n| n.name == node) else {
+        return Err(Judged::NodeMissing(node.to_string()));
+    };
+    check_sans(node, own, nodes, &req, p)?;
+    Ok(node.to_string())
+}
+
+/// The requester is a node (`system:node:NAME`) in the nodes group: its name.
+fn check_requester<'a>(csr: &'a CertificateSigningRequest, user: &str) -> Result<&'a str, Judged> {
+    let Some(node) = requested_node(csr) else {
+        return Err(refuse(
+            Rule::RequesterNotNode,
+            format!("requester {} is not system:node:NAME", q(user)),
+        ));
+    };
+    let groups = csr.spec.groups.as_deref().unwrap_or_default();
+    if !groups.iter().any(|g| g == NODES_GROUP) {
+        return Err(refuse(
+            Rule::RequesterNotInNodesGroup,
+            format!("requester {} is not in group {NODES_GROUP}", q(user)),
+        ));
+    }
+    Ok(node)
+}
+
+/// The request's subject is the requester: CN the user, O the nodes group.
+fn check_subject(req: &Request, user: &str) -> Result<(), Judged> {
     if req.cn != [user] {
         return Err(refuse(
             Rule::SubjectMismatch,
@@ -301,8 +322,12 @@ fn judge(
             format!("subject O {} is not {NODES_GROUP}", q(&req.orgs.join(","))),
         ));
     }
-    check_usages(spec.usages.as_deref().unwrap_or_default(), req.rsa)?;
-    if let Some(secs) = spec.expiration_seconds {
+    Ok(())
+}
+
+/// `expirationSeconds`, when asked for, within the policy's maximum.
+fn check_expiration(asked: Option<i32>, p: &Policy) -> Result<(), Judged> {
+    if let Some(secs) = asked {
         if secs > p.max_expiration_seconds {
             return Err(refuse(
                 Rule::ExpirationTooLong,
@@ -313,6 +338,11 @@ fn judge(
             ));
         }
     }
+    Ok(())
+}
+
+/// Only DNS and IP SANs, and at least one of them.
+fn check_san_kinds(req: &Request) -> Result<(), Judged> {
     if let Some(other) = req.other_sans.first() {
         return Err(refuse(
             Rule::UnsupportedSubjectAltName,
@@ -325,11 +355,7 @@ fn judge(
             "the request has no DNS or IP SAN".into(),
         ));
     }
-    let Some(own) = nodes.iter().find(|n| n.name == node) else {
-        return Err(Judged::NodeMissing(node.to_string()));
-    };
-    check_sans(node, own, nodes, &req, p)?;
-    Ok(node.to_string())
+    Ok(())
 }
 
 /// Exactly `digital signature` + `server auth`, plus `key encipherment` for an RSA key
