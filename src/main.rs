@@ -73,6 +73,17 @@ fn run(flags: &cli::Flags) -> ExitCode {
         Err(e) => return fail(&e),
     };
     telemetry::init(settings.log_format, settings.verbosity);
+    #[cfg(not(feature = "test-hooks"))]
+    let agent = agent::run(settings);
+    #[cfg(feature = "test-hooks")]
+    let agent = agent::run_with_hooks(settings, agent::TestHooks::from(&flags.test));
+    on_runtime(agent)
+}
+
+/// `work` on a single-threaded runtime: exit 0, or 1 with the error's one line.
+fn on_runtime<E: std::error::Error + 'static>(
+    work: impl std::future::Future<Output = Result<(), E>>,
+) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -80,11 +91,7 @@ fn run(flags: &cli::Flags) -> ExitCode {
         Ok(rt) => rt,
         Err(e) => return fail(&e),
     };
-    #[cfg(not(feature = "test-hooks"))]
-    let agent = agent::run(settings);
-    #[cfg(feature = "test-hooks")]
-    let agent = agent::run_with_hooks(settings, agent::TestHooks::from(&flags.test));
-    match runtime.block_on(agent) {
+    match runtime.block_on(work) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(&e),
     }
@@ -99,17 +106,7 @@ fn approve(flags: &cli::approve::ApproveFlags) -> ExitCode {
         Err(e) => return fail(&e),
     };
     telemetry::init(settings.log_format, settings.verbosity);
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => return fail(&e),
-    };
-    match runtime.block_on(approve::run(settings)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail(&e),
-    }
+    on_runtime(approve::run(settings))
 }
 
 /// `bootlet check-identity` (the kubelet's ExecStartPre): files only, one line either way.
