@@ -225,8 +225,9 @@ async fn leading(a: &Agent) {
 #[test]
 fn a_serving_csr_whose_sans_match_its_node_is_approved_within_a_second() {
     block_on(async {
-        let _one = SERIAL.lock().await;
+        // The cluster first: a test waiting for its turn holds it (support::kube::cluster).
         let c = cluster().await;
+        let _one = SERIAL.lock().await;
         node(
             c,
             "ap-good",
@@ -290,8 +291,9 @@ fn a_serving_csr_whose_sans_match_its_node_is_approved_within_a_second() {
 #[test]
 fn csrs_that_break_a_rule_are_denied_naming_it_and_other_signers_are_ignored() {
     block_on(async {
-        let _one = SERIAL.lock().await;
+        // The cluster first: a test waiting for its turn holds it (support::kube::cluster).
         let c = cluster().await;
+        let _one = SERIAL.lock().await;
         node(
             c,
             "ap-n1",
@@ -393,8 +395,9 @@ fn csrs_that_break_a_rule_are_denied_naming_it_and_other_signers_are_ignored() {
 #[test]
 fn of_two_approvers_one_acts_and_the_other_takes_over_within_the_lease_duration() {
     block_on(async {
-        let _one = SERIAL.lock().await;
+        // The cluster first: a test waiting for its turn holds it (support::kube::cluster).
         let c = cluster().await;
+        let _one = SERIAL.lock().await;
         node(c, "ap-ha", &[("InternalIP", "10.22.0.1")]).await;
         let a = approver(c, "first", &[]).await;
         leading(&a).await;
@@ -458,8 +461,9 @@ fn of_two_approvers_one_acts_and_the_other_takes_over_within_the_lease_duration(
 #[test]
 fn an_approver_restarted_mid_stream_approves_nothing_twice() {
     block_on(async {
-        let _one = SERIAL.lock().await;
+        // The cluster first: a test waiting for its turn holds it (support::kube::cluster).
         let c = cluster().await;
+        let _one = SERIAL.lock().await;
         node(c, "ap-rs", &[("InternalIP", "10.23.0.1")]).await;
         let a = approver(c, "before", &[]).await;
         leading(&a).await;
@@ -510,8 +514,9 @@ fn an_approver_restarted_mid_stream_approves_nothing_twice() {
 #[test]
 fn across_an_api_server_restart_the_approver_leads_again_and_approves() {
     block_on(async {
-        let _one = SERIAL.lock().await;
+        // The cluster first: a test waiting for its turn holds it (support::kube::cluster).
         let c = cluster().await;
+        let _one = SERIAL.lock().await;
         node(c, "ap-up", &[("InternalIP", "10.24.0.1")]).await;
         let a = approver(c, "a", &[]).await;
         leading(&a).await;
@@ -550,8 +555,9 @@ fn across_an_api_server_restart_the_approver_leads_again_and_approves() {
 #[test]
 fn bootlets_serving_csr_is_judged_and_doctor_names_the_verdict() {
     block_on(async {
-        let _one = SERIAL.lock().await;
+        // The cluster first: a test waiting for its turn holds it (support::kube::cluster).
         let c = cluster().await;
+        let _one = SERIAL.lock().await;
         let a = approver(c, "a", &[]).await;
         leading(&a).await;
         for (node, ip, extra, verdict) in [
@@ -654,8 +660,9 @@ async fn node_named(c: &Cluster, name: &str, ip: &str) {
 #[test]
 fn doctor_says_no_approver_is_acting_when_a_serving_csr_waits_alone() {
     block_on(async {
-        let _one = SERIAL.lock().await;
+        // The cluster first: a test waiting for its turn holds it (support::kube::cluster).
         let c = cluster().await;
+        let _one = SERIAL.lock().await;
         let node = "ap-doc-alone";
         node_named(c, node, "10.26.0.1").await;
         let (dir, token) = support::kube::node_dir(c).await;

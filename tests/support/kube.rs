@@ -1,5 +1,5 @@
 //! The real control plane in integration tests: one `testplane::kube::Cluster` per test
-//! module, one at a time, on one runtime that lives as long as the binary (the component
+//! module, at most two at a time, on one runtime that lives as long as the binary (the component
 //! processes belong to it), so `#[test]` functions run their bodies with `block_on` and
 //! share their module's cluster.
 //! Tests isolate themselves by node name and by a bootstrap token of their own.
@@ -39,18 +39,22 @@ pub fn block_on<F: Future>(f: F) -> F::Output {
     runtime().block_on(f)
 }
 
-/// The cluster running in this process: its module's name, and how many running tests
-/// hold it. The real-cluster modules share one test binary and libtest runs their tests in
-/// name order, two at a time, so at a module's end a test of the next one waits here for
-/// the last tests of the previous one: never two control planes at once on a small machine.
+/// A cluster running in this process: its module's name, and how many running tests hold
+/// it.
 struct Running {
     name: String,
     cluster: &'static Cluster,
     holders: usize,
 }
 
-static RUNNING: Mutex<Option<Running>> = Mutex::const_new(None);
-/// Woken whenever a test lets go of the running cluster.
+/// The real-cluster modules share one test binary, and libtest runs their tests in name
+/// order, two at a time: at most two clusters run at once, so at a module's end the test
+/// of the next one starts its cluster beside the last tests of the previous one, never a
+/// third control plane on a small machine.
+const MAX_RUNNING: usize = 2;
+
+static RUNNING: Mutex<Vec<Running>> = Mutex::const_new(Vec::new());
+/// Woken whenever a test lets go of a running cluster.
 static RELEASED: Notify = Notify::const_new();
 
 thread_local! {
@@ -66,11 +70,11 @@ struct Release;
 impl Drop for Release {
     fn drop(&mut self) {
         IN_TEST.with(|t| t.set(false));
-        if HELD.with(|h| h.borrow_mut().take()).is_none() {
+        let Some(held) = HELD.with(|h| h.borrow_mut().take()) else {
             return;
-        }
+        };
         runtime().block_on(async {
-            if let Some(r) = RUNNING.lock().await.as_mut() {
+            if let Some(r) = RUNNING.lock().await.iter_mut().find(|r| r.name == held) {
                 r.holders -= 1;
             }
         });
@@ -80,12 +84,12 @@ impl Drop for Release {
 
 /// The cluster of the test module `name`, started on first use with the options
 /// `configure` makes from the default ones (state under cargo's per-binary temp dir,
-/// `name`). While another module's cluster runs and some test holds it, this waits; once
-/// none does, that cluster is shut down and this one started. The cluster lives as long as
-/// the process (leaked on purpose: tests keep `&'static` references), its processes until
-/// the next module's cluster starts, or shortly after the binary exits. Asked for outside
-/// `block_on` (a task the test spawned, a `#[tokio::test]`), it holds nothing: it returns
-/// the running cluster of `name`, or starts it when none runs.
+/// `name`). With [`MAX_RUNNING`] clusters of other modules running, this waits until one
+/// of them is held by no test, shuts it down and starts this one. The cluster lives as
+/// long as the process (leaked on purpose: tests keep `&'static` references), its
+/// processes until it is shut down so, or shortly after the binary exits. Asked for
+/// outside `block_on` (a task the test spawned, a `#[tokio::test]`), it holds nothing: it
+/// returns the running cluster of `name`, or starts it.
 pub async fn cluster(name: &str, configure: impl FnOnce(&mut Options)) -> &'static Cluster {
     if let Some(held) = HELD.with(|h| h.borrow().clone()) {
         assert_eq!(held, name, "a test asks for two modules' clusters");
@@ -104,34 +108,32 @@ pub async fn cluster(name: &str, configure: impl FnOnce(&mut Options)) -> &'stat
         tokio::pin!(released);
         released.as_mut().enable();
         let mut running = RUNNING.lock().await;
-        match running.as_mut() {
-            Some(r) if r.name == name => {
-                hold(r);
-                return r.cluster;
-            }
-            Some(r) if r.holders > 0 => {
+        if let Some(r) = running.iter_mut().find(|r| r.name == name) {
+            hold(r);
+            return r.cluster;
+        }
+        if running.len() >= MAX_RUNNING {
+            let Some(idle) = running.iter().position(|r| r.holders == 0) else {
                 drop(running);
                 released.await;
-            }
-            _ => {
-                if let Some(old) = running.take() {
-                    old.cluster.shutdown().await;
-                }
-                let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("kube-{name}"));
-                let mut opts = Options::new(dir);
-                (configure.take().expect("configured once"))(&mut opts);
-                let started = Cluster::start(opts)
-                    .await
-                    .unwrap_or_else(|e| panic!("start the real control plane: {e}"));
-                let r = running.insert(Running {
-                    name: name.to_string(),
-                    cluster: Box::leak(Box::new(started)),
-                    holders: 0,
-                });
-                hold(r);
-                return r.cluster;
-            }
+                continue;
+            };
+            running.remove(idle).cluster.shutdown().await;
         }
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("kube-{name}"));
+        let mut opts = Options::new(dir);
+        (configure.take().expect("configured once"))(&mut opts);
+        let started = Cluster::start(opts)
+            .await
+            .unwrap_or_else(|e| panic!("start the real control plane: {e}"));
+        running.push(Running {
+            name: name.to_string(),
+            cluster: Box::leak(Box::new(started)),
+            holders: 0,
+        });
+        let r = running.last_mut().expect("just pushed");
+        hold(r);
+        return r.cluster;
     }
 }
 
