@@ -10,7 +10,7 @@
 # `test-hooks` feature (the hidden --test-* flags most integration tests start bootlet
 # with; without it they are ignored, never passed), then tests/local/cli.rs once more without
 # it: the shipped build refuses those flags and carries none of their strings.
-#   bash tests/run.sh                  # everything (~9 minutes on 2 cores, warm caches)
+#   bash tests/run.sh                  # everything (~13 minutes on 2 cores, warm caches)
 #   bash tests/run.sh --serial         # one test binary at a time, as plain cargo test does
 #   bash tests/run.sh --install-only   # only install what is missing (.ci/run does this first)
 # Exit status: 0 when every test passed; otherwise the first failing part's status.
